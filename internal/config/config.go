@@ -1,0 +1,497 @@
+// Package config loads and validates pepd's configuration file (YAML) and
+// applies command-line overrides.
+//
+// Unknown keys are errors, and every error names the file, the line and the
+// field: `pepd: configs/pepd.yaml:12: dns.vip: "10.0.0" is not an IPv4
+// address` (STYLE.md §7). Durations are written as Go durations ("30s"),
+// sizes in bytes with an optional unit ("64KiB", "8MB").
+//
+// The file's shape is Config; configs/pepd.yaml is a commented example.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"pep/internal/config/field"
+	"pep/internal/mode"
+)
+
+// Config is pepd's whole configuration. Zero values are replaced by the
+// defaults of Default; Validate checks every field.
+type Config struct {
+	// Mode is the mode at start: off, dns or url. Switch at run time with
+	// `pepctl mode`.
+	Mode mode.Mode `yaml:"mode"`
+	// VIP is the caching proxy's address given to subscribers (DNS answers,
+	// rewritten URLs). IPv4. The paper used 10.0.0.12; DESIGN.md 192.0.2.12.
+	VIP netip.Addr `yaml:"vip"`
+	// VIP6 is an optional IPv6 VIP, used when dns.aaaa is "vip6".
+	VIP6 netip.Addr `yaml:"vip6"`
+	// Subscribers are the source ranges pepd serves (HTTP and DNS). Anybody
+	// else is refused.
+	Subscribers []netip.Prefix `yaml:"subscribers"`
+	// Resolvers are the carrier resolvers, host:port, asked in order.
+	Resolvers []string `yaml:"resolvers"`
+	// Squid is Squid's port for pepd's forward-proxy requests, host:port.
+	Squid string `yaml:"squid"`
+	// SquidProxyProtocol sends a PROXY protocol v1 header first on every
+	// connection to Squid (into a require-proxy-header port) so that Squid
+	// logs and ACLs see the subscriber's address. If false, pepd sends
+	// X-Forwarded-For, which Squid must trust from pepd only.
+	SquidProxyProtocol bool `yaml:"squid_proxy_protocol"`
+
+	Listen  Listen  `yaml:"listen"`
+	HTTP    HTTP    `yaml:"http"`
+	DNS     DNS     `yaml:"dns"`
+	Rewrite Rewrite `yaml:"rewrite"`
+	Guard   Guard   `yaml:"guard"`
+	Log     Log     `yaml:"log"`
+
+	file string    // where it was loaded from, for error messages
+	root yaml.Node // the parsed document, to find a field's line
+}
+
+// Listen holds pepd's listening addresses. An empty address disables that
+// listener.
+type Listen struct {
+	// HTTP accepts intercepted HTTP redirected by nftables REDIRECT
+	// (original destination from SO_ORIGINAL_DST) and requests sent to the
+	// VIP itself. Default ":3129".
+	HTTP string `yaml:"http"`
+	// TPROXY accepts HTTP steered by nftables TPROXY (IP_TRANSPARENT; the
+	// original destination is the socket's local address). Default "" (off).
+	TPROXY string `yaml:"tproxy"`
+	// TLS accepts TLS to VIP:443 for the SNI splice (dns mode). Default "".
+	TLS string `yaml:"tls"`
+	// DNS is the DNS proxy's address, UDP and TCP. Default ":5353".
+	DNS string `yaml:"dns"`
+	// Admin serves /mode, /metrics, /healthz. Default "127.0.0.1:9090".
+	Admin string `yaml:"admin"`
+}
+
+// HTTP holds the limits of the HTTP path (issue 2 "Limits").
+type HTTP struct {
+	// MaxHeaderBytes bounds a request's header block; at most 64 KiB
+	// (Squid's request_header_max_size default). Default 32 KiB.
+	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
+	// ReadHeaderTimeout bounds the time to read a request's headers
+	// (slowloris). Default 10s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// IdleTimeout closes a kept-alive client connection idle this long.
+	// Default 120s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// UpstreamTimeout bounds the wait for Squid's response headers.
+	// Default 60s.
+	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+	// MaxConns bounds concurrent client connections; more wait in the
+	// kernel's accept queue. Default 10000.
+	MaxConns int `yaml:"max_conns"`
+	// HostMismatch says what pepd does with an intercepted request whose
+	// Host does not resolve to the original destination: "direct" (forward
+	// to the original destination, never cached under that name) or
+	// "refuse" (403). Default "direct".
+	HostMismatch string `yaml:"host_mismatch"`
+}
+
+// DNS holds the DNS rewriter's settings (issue 3).
+type DNS struct {
+	// RewriteDomains are domain suffixes whose A answers get the VIP; "*"
+	// means every name.
+	RewriteDomains []string `yaml:"rewrite_domains"`
+	// RewriteDomainsFile is a file of more suffixes, one a line (# comments),
+	// reloaded on SIGHUP.
+	RewriteDomainsFile string `yaml:"rewrite_domains_file"`
+	// RewriteWWW also rewrites every name starting with "www." (paper §3.2).
+	RewriteWWW bool `yaml:"rewrite_www"`
+	// Exclude are suffixes never rewritten, even when they match.
+	Exclude []string `yaml:"exclude"`
+	// VIPTTL is the TTL given to the VIP record. Default 24h (the paper's
+	// one day).
+	VIPTTL time.Duration `yaml:"vip_ttl"`
+	// TTLPolicy chooses the TTL of the rewritten RRset (RFC 2181 §5.2: one
+	// RRset, one TTL): "rrset" (all records at vip_ttl), "origin" (all at
+	// the origin's TTL), "min" (all at the lower of both). Default "rrset".
+	TTLPolicy string `yaml:"ttl_policy"`
+	// AAAA for rewritten names: "pass", "filter" or "vip6". Default "filter".
+	AAAA string `yaml:"aaaa"`
+	// HTTPSRecords (type 65) for rewritten names: "filter" or "hints".
+	// Default "filter".
+	HTTPSRecords string `yaml:"https_records"`
+	// Timeout for one upstream attempt. Default 2s.
+	Timeout time.Duration `yaml:"timeout"`
+	// Attempts per query over all resolvers. Default 3.
+	Attempts int `yaml:"attempts"`
+	// MaxInflight bounds upstream queries in flight. Default 1024.
+	MaxInflight int `yaml:"max_inflight"`
+}
+
+// Rewrite holds the URL rewriter's settings (issue 2 "URL mode").
+type Rewrite struct {
+	// MaxBodyBytes is the largest (decoded) HTML or CSS body rewritten;
+	// larger bodies pass through unchanged. Default 8 MiB.
+	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+}
+
+// Guard holds the not-an-open-proxy settings beyond Subscribers.
+type Guard struct {
+	// AllowedPorts are the destination ports pepd forwards to. Default [80].
+	AllowedPorts []uint16 `yaml:"allowed_ports"`
+	// Allow exempts prefixes from the special-range checks.
+	Allow []netip.Prefix `yaml:"allow"`
+	// Deny refuses more prefixes.
+	Deny []netip.Prefix `yaml:"deny"`
+}
+
+// Log holds logging settings.
+type Log struct {
+	// Level: debug, info, warn, error. Default info.
+	Level string `yaml:"level"`
+	// Format: text or json. Default text.
+	Format string `yaml:"format"`
+}
+
+// ByteSize is a size in bytes; YAML accepts 65536, "64KiB", "64KB" (1000),
+// "8MiB".
+type ByteSize int64
+
+var sizeRE = regexp.MustCompile(`^\s*([0-9]+)\s*([KMG]i?B|B)?\s*$`)
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (b *ByteSize) UnmarshalText(t []byte) error {
+	m := sizeRE.FindStringSubmatch(string(t))
+	if m == nil {
+		return fmt.Errorf("%q is not a size (e.g. 65536, 64KiB, 8MB)", t)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q: %w", t, err)
+	}
+	mult := map[string]int64{"": 1, "B": 1, "KB": 1000, "MB": 1000 * 1000, "GB": 1000 * 1000 * 1000,
+		"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m[2]]
+	*b = ByteSize(n * mult)
+	return nil
+}
+
+// Default returns the configuration used where the file says nothing.
+func Default() Config {
+	return Config{
+		Mode:        mode.Off,
+		VIP:         netip.MustParseAddr("192.0.2.12"),
+		Subscribers: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")},
+		Resolvers:   []string{"198.18.1.2:53"},
+		Squid:       "127.0.0.1:3128",
+		Listen:      Listen{HTTP: ":3129", DNS: ":5353", Admin: "127.0.0.1:9090"},
+		HTTP: HTTP{MaxHeaderBytes: 32 << 10, ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout: 120 * time.Second, UpstreamTimeout: 60 * time.Second,
+			MaxConns: 10000, HostMismatch: "direct"},
+		DNS: DNS{VIPTTL: 24 * time.Hour, TTLPolicy: "rrset", AAAA: "filter",
+			HTTPSRecords: "filter", Timeout: 2 * time.Second, Attempts: 3, MaxInflight: 1024},
+		Rewrite: Rewrite{MaxBodyBytes: 8 << 20},
+		Guard:   Guard{AllowedPorts: []uint16{80}},
+		Log:     Log{Level: "info", Format: "text"},
+	}
+}
+
+// Load reads the YAML file at path over Default and validates the result.
+// Errors name the file, line and field.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse is Load for data already read; name is used in error messages.
+func Parse(name string, data []byte) (*Config, error) {
+	c := Default()
+	c.file = name
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("%s: %s", name, cleanYAMLError(err))
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && err != io.EOF { // io.EOF: empty file, all defaults
+		if path, line, ferr := findDecodeError(&root, reflect.TypeOf(c), nil); ferr != nil {
+			msg := leadingLineRE.ReplaceAllString(cleanYAMLError(ferr), "")
+			return nil, fmt.Errorf("%s:%d: %s: %s", name, line, strings.Join(path, "."), msg)
+		}
+		return nil, fmt.Errorf("%s: %s", name, cleanYAMLError(err))
+	}
+	c.root = root
+	if err := c.Validate(); err != nil {
+		return nil, c.locate(err)
+	}
+	return &c, nil
+}
+
+// findDecodeError walks the document beside the struct type t and decodes
+// each field's node on its own, to find which field a decode error (that
+// yaml.v3 reports without a line for TextUnmarshaler types) belongs to.
+// It returns the path and line of the first field that fails.
+func findDecodeError(n *yaml.Node, t reflect.Type, path []string) ([]string, int, error) {
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	if t.Kind() != reflect.Struct || n.Kind != yaml.MappingNode {
+		v := reflect.New(t)
+		if err := n.Decode(v.Interface()); err != nil {
+			return path, n.Line, err
+		}
+		return nil, 0, nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		for j := 0; j < t.NumField(); j++ {
+			f := t.Field(j)
+			if strings.Split(f.Tag.Get("yaml"), ",")[0] != key.Value {
+				continue
+			}
+			if p, line, err := findDecodeError(val, f.Type, append(slices.Clone(path), key.Value)); err != nil {
+				if line == 0 {
+					line = key.Line
+				}
+				return p, line, err
+			}
+		}
+	}
+	return nil, 0, nil
+}
+
+var (
+	yamlLineRE = regexp.MustCompile(`line (\d+): `)
+	inTypeRE   = regexp.MustCompile(` in type [\w.]+`)
+	// leadingLineRE strips the "12: " cleanYAMLError puts first, where the
+	// caller prints the line itself.
+	leadingLineRE = regexp.MustCompile(`^\d+: `)
+)
+
+// cleanYAMLError turns yaml.v3's "yaml: unmarshal errors:\n  line 3: field
+// x not found in type config.Config" into "3: field x not found".
+func cleanYAMLError(err error) string {
+	s := strings.TrimPrefix(err.Error(), "yaml: ")
+	s = strings.TrimPrefix(s, "unmarshal errors:\n")
+	var parts []string
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		if m := yamlLineRE.FindStringSubmatchIndex(l); m != nil && m[0] == 0 {
+			l = l[m[2]:m[3]] + ": " + l[m[1]:]
+		}
+		l = inTypeRE.ReplaceAllString(l, "")
+		parts = append(parts, l)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// locate turns a *field.Error into "file:line: path: reason".
+func (c *Config) locate(err error) error {
+	var fe *field.Error
+	if !errors.As(err, &fe) {
+		return fmt.Errorf("%s: %w", c.file, err)
+	}
+	line := lineOf(&c.root, strings.Split(fe.Path, "."))
+	if line > 0 {
+		return fmt.Errorf("%s:%d: %w", c.file, line, fe)
+	}
+	return fmt.Errorf("%s: %w", c.file, fe)
+}
+
+// lineOf finds the line of the node at path (mapping keys and sequence
+// indexes); where the path ends early it returns the deepest line found,
+// and 0 if the first key is absent (a default value is at fault).
+func lineOf(n *yaml.Node, path []string) int {
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := 0
+	for _, key := range path {
+		switch n.Kind {
+		case yaml.MappingNode:
+			found := false
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == key {
+					line = n.Content[i].Line
+					n = n.Content[i+1]
+					found = true
+					break
+				}
+			}
+			if !found {
+				return line
+			}
+		case yaml.SequenceNode:
+			i, err := strconv.Atoi(key)
+			if err != nil || i < 0 || i >= len(n.Content) {
+				return line
+			}
+			n = n.Content[i]
+			line = n.Line
+		default:
+			return line
+		}
+	}
+	return line
+}
+
+// Validate checks every field and returns the first error as a
+// *field.Error.
+func (c *Config) Validate() error {
+	if !c.VIP.IsValid() || !c.VIP.Is4() {
+		return field.Errorf("vip", "%q is not an IPv4 address", c.VIP.String())
+	}
+	if c.VIP6.IsValid() && !c.VIP6.Is6() {
+		return field.Errorf("vip6", "%q is not an IPv6 address", c.VIP6.String())
+	}
+	if len(c.Subscribers) == 0 {
+		return field.Errorf("subscribers", "at least one subscriber range is needed")
+	}
+	if len(c.Resolvers) == 0 {
+		return field.Errorf("resolvers", "at least one carrier resolver is needed")
+	}
+	for i, r := range c.Resolvers {
+		if err := hostPort(r, true); err != nil {
+			return field.Errorf(fmt.Sprintf("resolvers.%d", i), "%w", err)
+		}
+	}
+	if err := hostPort(c.Squid, true); err != nil {
+		return field.Errorf("squid", "%w", err)
+	}
+	for _, l := range []struct{ name, v string }{
+		{"listen.http", c.Listen.HTTP}, {"listen.tproxy", c.Listen.TPROXY},
+		{"listen.tls", c.Listen.TLS}, {"listen.dns", c.Listen.DNS}, {"listen.admin", c.Listen.Admin},
+	} {
+		if l.v == "" {
+			continue
+		}
+		if err := hostPort(l.v, false); err != nil {
+			return field.Errorf(l.name, "%w", err)
+		}
+	}
+	h := c.HTTP
+	switch {
+	case h.MaxHeaderBytes < 1024 || h.MaxHeaderBytes > 64<<10:
+		return field.Errorf("http.max_header_bytes", "%d is outside 1KiB..64KiB (Squid's request_header_max_size)", h.MaxHeaderBytes)
+	case h.ReadHeaderTimeout <= 0:
+		return field.Errorf("http.read_header_timeout", "%v must be positive", h.ReadHeaderTimeout)
+	case h.IdleTimeout <= 0:
+		return field.Errorf("http.idle_timeout", "%v must be positive", h.IdleTimeout)
+	case h.UpstreamTimeout <= 0:
+		return field.Errorf("http.upstream_timeout", "%v must be positive", h.UpstreamTimeout)
+	case h.MaxConns < 1:
+		return field.Errorf("http.max_conns", "%d must be at least 1", h.MaxConns)
+	case h.HostMismatch != "direct" && h.HostMismatch != "refuse":
+		return field.Errorf("http.host_mismatch", "%q is not one of direct, refuse", h.HostMismatch)
+	}
+	d := c.DNS
+	for i, s := range d.RewriteDomains {
+		if err := domainSuffix(s, true); err != nil {
+			return field.Errorf(fmt.Sprintf("dns.rewrite_domains.%d", i), "%w", err)
+		}
+	}
+	for i, s := range d.Exclude {
+		if err := domainSuffix(s, false); err != nil {
+			return field.Errorf(fmt.Sprintf("dns.exclude.%d", i), "%w", err)
+		}
+	}
+	switch {
+	case d.VIPTTL < time.Second || d.VIPTTL > 68*365*24*time.Hour:
+		return field.Errorf("dns.vip_ttl", "%v is outside 1s..2^31s (RFC 2181 §8)", d.VIPTTL)
+	case d.VIPTTL%time.Second != 0:
+		return field.Errorf("dns.vip_ttl", "%v is not a whole number of seconds", d.VIPTTL)
+	case !oneOf(d.TTLPolicy, "rrset", "origin", "min"):
+		return field.Errorf("dns.ttl_policy", "%q is not one of rrset, origin, min", d.TTLPolicy)
+	case !oneOf(d.AAAA, "pass", "filter", "vip6"):
+		return field.Errorf("dns.aaaa", "%q is not one of pass, filter, vip6", d.AAAA)
+	case d.AAAA == "vip6" && !c.VIP6.IsValid():
+		return field.Errorf("dns.aaaa", "vip6 needs the top-level vip6 address")
+	case !oneOf(d.HTTPSRecords, "filter", "hints"):
+		return field.Errorf("dns.https_records", "%q is not one of filter, hints", d.HTTPSRecords)
+	case d.Timeout <= 0:
+		return field.Errorf("dns.timeout", "%v must be positive", d.Timeout)
+	case d.Attempts < 1:
+		return field.Errorf("dns.attempts", "%d must be at least 1", d.Attempts)
+	case d.MaxInflight < 1:
+		return field.Errorf("dns.max_inflight", "%d must be at least 1", d.MaxInflight)
+	}
+	if c.Rewrite.MaxBodyBytes < 1024 {
+		return field.Errorf("rewrite.max_body_bytes", "%d is below 1KiB", c.Rewrite.MaxBodyBytes)
+	}
+	for i, p := range c.Guard.AllowedPorts {
+		if p == 0 {
+			return field.Errorf(fmt.Sprintf("guard.allowed_ports.%d", i), "port 0 is not a port")
+		}
+	}
+	if !oneOf(c.Log.Level, "debug", "info", "warn", "error") {
+		return field.Errorf("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	if !oneOf(c.Log.Format, "text", "json") {
+		return field.Errorf("log.format", "%q is not one of text, json", c.Log.Format)
+	}
+	return nil
+}
+
+func oneOf(s string, set ...string) bool {
+	for _, x := range set {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+// hostPort checks "host:port"; needHost requires a non-empty host.
+func hostPort(s string, needHost bool) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", s)
+	}
+	if needHost && host == "" {
+		return fmt.Errorf("%q has no host", s)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 || (needHost && n == 0) {
+		return fmt.Errorf("%q has no valid port", s)
+	}
+	return nil
+}
+
+var labelRE = regexp.MustCompile(`^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$`)
+
+// domainSuffix checks a domain suffix such as "cnn.com" or ".cnn.com";
+// star allows "*".
+func domainSuffix(s string, star bool) error {
+	if star && s == "*" {
+		return nil
+	}
+	t := strings.TrimSuffix(strings.TrimPrefix(strings.ToLower(s), "."), ".")
+	if t == "" || len(t) > 253 {
+		return fmt.Errorf("%q is not a domain suffix", s)
+	}
+	for _, l := range strings.Split(t, ".") {
+		if !labelRE.MatchString(l) {
+			return fmt.Errorf("%q is not a domain suffix (label %q)", s, l)
+		}
+	}
+	return nil
+}
+
+// File returns the path the config was loaded from ("" if built in code).
+func (c *Config) File() string { return c.file }

@@ -1,0 +1,120 @@
+package config
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"pep/internal/mode"
+)
+
+// TestExampleConfig loads the example shipped in configs/.
+func TestExampleConfig(t *testing.T) {
+	c, err := Load(filepath.Join("..", "..", "configs", "pepd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != mode.URL {
+		t.Errorf("mode = %v, want url", c.Mode)
+	}
+	if c.VIP != netip.MustParseAddr("192.0.2.12") {
+		t.Errorf("vip = %v", c.VIP)
+	}
+	if c.DNS.VIPTTL != 24*time.Hour || c.HTTP.MaxHeaderBytes != 32<<10 || c.Rewrite.MaxBodyBytes != 8<<20 {
+		t.Errorf("dns.vip_ttl=%v http.max_header_bytes=%d rewrite.max_body_bytes=%d",
+			c.DNS.VIPTTL, c.HTTP.MaxHeaderBytes, c.Rewrite.MaxBodyBytes)
+	}
+	if c.Listen.TPROXY != ":3130" || !c.SquidProxyProtocol {
+		t.Errorf("listen.tproxy=%q squid_proxy_protocol=%v", c.Listen.TPROXY, c.SquidProxyProtocol)
+	}
+}
+
+func TestEmptyFileIsDefaults(t *testing.T) {
+	c, err := Parse("empty.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != mode.Off || c.Squid != "127.0.0.1:3128" {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+}
+
+// TestErrors checks that every error names the file, the line and the field.
+func TestErrors(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"unknown key", "mode: url\nvipp: 1.2.3.4\n", `bad.yaml: 2: field vipp not found`},
+		{"unknown nested key", "dns:\n  vip_ttl: 1h\n  ttl: 5\n", `bad.yaml: 3: field ttl not found`},
+		{"bad mode", "mode: proxy\n", `bad.yaml:1: mode: mode: "proxy" is not one of off, dns, url`},
+		{"vip not an address", "vip: 10.0.0\n", `bad.yaml:1: vip: ParseAddr("10.0.0"): IPv4 address too short`},
+		{"vip is v6", "mode: dns\nvip: \"2001:db8::1\"\n", `bad.yaml:2: vip: "2001:db8::1" is not an IPv4 address`},
+		{"resolver without port", "resolvers:\n  - 1.1.1.1:53\n  - 9.9.9.9\n", `bad.yaml:3: resolvers.1: "9.9.9.9" is not host:port`},
+		{"header too large", "http:\n  max_header_bytes: 1MiB\n", `bad.yaml:2: http.max_header_bytes: 1048576 is outside 1KiB..64KiB`},
+		{"bad size", "http:\n  max_header_bytes: lots\n", `bad.yaml:2: http.max_header_bytes: "lots" is not a size`},
+		{"bad duration", "dns:\n  vip_ttl: forever\n", `bad.yaml:2: dns.vip_ttl: cannot unmarshal !!str ` + "`forever`" + ` into time.Duration`},
+		{"bad ttl policy", "dns:\n  ttl_policy: lowest\n", `bad.yaml:2: dns.ttl_policy: "lowest" is not one of rrset, origin, min`},
+		{"vip6 needed", "dns:\n  aaaa: vip6\n", `bad.yaml:2: dns.aaaa: vip6 needs the top-level vip6 address`},
+		{"bad suffix", "dns:\n  rewrite_domains:\n    - cnn.com\n    - \"bad domain\"\n", `bad.yaml:4: dns.rewrite_domains.1: "bad domain" is not a domain suffix`},
+		{"bad cidr", "subscribers: [198.18.0.0/33]\n", `bad.yaml:1: subscribers: netip.ParsePrefix("198.18.0.0/33")`},
+		{"bad host mismatch", "http:\n  host_mismatch: cache\n", `bad.yaml:2: http.host_mismatch: "cache" is not one of direct, refuse`},
+		{"syntax", "mode: [url\n", `bad.yaml: 1: did not find expected`},
+		{"no subscribers", "subscribers: []\n", `bad.yaml:1: subscribers: at least one subscriber range is needed`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(c.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Fatalf("error = %v", err)
+	}
+}
+
+func TestFlagsOverride(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(path, []byte("mode: off\nsquid: 10.1.1.1:3128\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("pepd", flag.ContinueOnError)
+	f := RegisterFlags(fs)
+	if err := fs.Parse([]string{"-mode", "dns", "-vip", "10.0.0.12", "-subscribers", "10.64.0.0/10, 198.18.0.0/24",
+		"-resolver", "1.1.1.1:53", "-rewrite-domains", "cnn.com,yahoo.com"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Apply(c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != mode.DNS || c.VIP.String() != "10.0.0.12" || len(c.Subscribers) != 2 ||
+		c.Resolvers[0] != "1.1.1.1:53" || len(c.DNS.RewriteDomains) != 2 {
+		t.Errorf("flags not applied: %+v", c)
+	}
+	if c.Squid != "10.1.1.1:3128" {
+		t.Errorf("a flag not given overrode the file: squid=%q", c.Squid)
+	}
+
+	fs = flag.NewFlagSet("pepd", flag.ContinueOnError)
+	f = RegisterFlags(fs)
+	_ = fs.Parse([]string{"-vip", "nope"})
+	if err := f.Apply(c); err == nil || !strings.Contains(err.Error(), `flag -vip: "nope" is not an IPv4 address`) {
+		t.Errorf("bad flag error = %v", err)
+	}
+}
