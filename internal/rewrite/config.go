@@ -1,0 +1,94 @@
+package rewrite
+
+import (
+	"compress/gzip"
+	"fmt"
+	"mime"
+	"strings"
+)
+
+// Config is the rewriter's part of pepd's configuration (YAML section
+// "rewrite"). The zero value of every field means its default.
+type Config struct {
+	// MaxBodyBytes bounds the response body the rewriter buffers, both as it
+	// came (encoded) and decoded. A larger body is passed through byte for
+	// byte (reason "too-large"). Zero means 8 MiB; negative is an error.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxTokenBytes bounds one HTML token (a tag, a comment, a <style> or
+	// <script> element's text), x/net/html Tokenizer.SetMaxBuf. From a longer
+	// token on the document is copied unchanged. Zero means 1 MiB; negative is
+	// an error.
+	MaxTokenBytes int `yaml:"max_token_bytes"`
+	// HTMLTypes are the media types rewritten as HTML, lowercase, without
+	// parameters. Empty means text/html and application/xhtml+xml.
+	HTMLTypes []string `yaml:"html_types"`
+	// CSSTypes are the media types rewritten as CSS. Empty means text/css.
+	CSSTypes []string `yaml:"css_types"`
+	// GzipLevel is the compress/gzip level used to encode a rewritten gzip
+	// body again, 1 (fastest) to 9 (smallest). Zero means 6
+	// (gzip.DefaultCompression).
+	GzipLevel int `yaml:"gzip_level"`
+	// BrotliQuality is the brotli quality used to encode a rewritten br body
+	// again, 0 to 11. Zero means 5.
+	BrotliQuality int `yaml:"brotli_quality"`
+}
+
+// Defaults of Config's fields.
+const (
+	DefaultMaxBodyBytes  = 8 << 20
+	DefaultMaxTokenBytes = 1 << 20
+	DefaultGzipLevel     = 6
+	DefaultBrotliQuality = 5
+)
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxTokenBytes == 0 {
+		c.MaxTokenBytes = DefaultMaxTokenBytes
+	}
+	if len(c.HTMLTypes) == 0 {
+		c.HTMLTypes = []string{"text/html", "application/xhtml+xml"}
+	}
+	if len(c.CSSTypes) == 0 {
+		c.CSSTypes = []string{"text/css"}
+	}
+	if c.GzipLevel == 0 {
+		c.GzipLevel = DefaultGzipLevel
+	}
+	if c.BrotliQuality == 0 {
+		c.BrotliQuality = DefaultBrotliQuality
+	}
+	return c
+}
+
+// Validate reports the first invalid field, named by its YAML key, e.g.
+// `rewrite: max_body_bytes: -1 is negative`.
+func (c Config) Validate() error {
+	if c.MaxBodyBytes < 0 {
+		return fmt.Errorf("rewrite: max_body_bytes: %d is negative", c.MaxBodyBytes)
+	}
+	if c.MaxTokenBytes < 0 {
+		return fmt.Errorf("rewrite: max_token_bytes: %d is negative", c.MaxTokenBytes)
+	}
+	for _, f := range []struct {
+		key   string
+		types []string
+	}{{"html_types", c.HTMLTypes}, {"css_types", c.CSSTypes}} {
+		for _, t := range f.types {
+			mt, params, err := mime.ParseMediaType(t)
+			if err != nil || len(params) != 0 || mt != t || !strings.Contains(t, "/") {
+				return fmt.Errorf("rewrite: %s: %q is not a lowercase media type without parameters", f.key, t)
+			}
+		}
+	}
+	if c.GzipLevel != 0 && (c.GzipLevel < gzip.BestSpeed || c.GzipLevel > gzip.BestCompression) {
+		return fmt.Errorf("rewrite: gzip_level: %d is outside 1..9", c.GzipLevel)
+	}
+	if c.BrotliQuality < 0 || c.BrotliQuality > 11 {
+		return fmt.Errorf("rewrite: brotli_quality: %d is outside 0..11", c.BrotliQuality)
+	}
+	return nil
+}

@@ -1,0 +1,587 @@
+package rewrite
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+
+	"golang.org/x/net/html"
+)
+
+// Stats counts what one document's rewrite did.
+type Stats struct {
+	// URLs is the number of URLs put into the VIP form.
+	URLs int
+	// Skipped is the number of http: or relative URLs in rewritable places
+	// that were left as they were because their VIP form would not mean the
+	// same to a browser: a backslash, tab or newline inside, userinfo, a
+	// percent-encoded or non-ASCII host, a character reference inside the
+	// scheme or host, a path whose ".." climbs above the root.
+	Skipped int
+	// PassedThrough is set when a single token was longer than
+	// Config.MaxTokenBytes: the document from that token on was copied
+	// unchanged.
+	PassedThrough bool
+}
+
+// HTML copies the HTML document src to dst with the embedded URLs of the
+// passive subresources, scripts and styles in their VIP form (the seed paper,
+// section 3.1): img src and srcset, source src and srcset, script src, link
+// href for rel stylesheet, icon, preload and modulepreload, input type=image
+// src, video, audio and track src, video poster, object data, embed src,
+// style attributes and <style> elements (url() and @import). Absolute http:
+// URLs and relative ones, resolved against doc and the first <base href>, are
+// rewritten; https:, data:, javascript: and every other scheme, a href, forms,
+// iframes and frames are never touched. Elements carrying an integrity
+// attribute keep their URLs (Subresource Integrity would fail on a rewritten
+// stylesheet and needs CORS). A nil doc leaves relative URLs alone.
+//
+// The document is tokenized with golang.org/x/net/html; every token that is not
+// changed is copied byte for byte from the input, so a document with nothing to
+// rewrite comes out identical. Rewriting works on bytes: any ASCII-compatible
+// charset passes unchanged. The error is a read or write error; a token longer
+// than Config.MaxTokenBytes is not an error (Stats.PassedThrough).
+func (r *Rewriter) HTML(dst io.Writer, src io.Reader, doc *url.URL) (Stats, error) {
+	bw, ok := dst.(*bufio.Writer)
+	if !ok {
+		bw = bufio.NewWriterSize(dst, 32<<10)
+	}
+	d := r.newDoc(doc)
+	st, err := d.html(bw, src, r.cfg.MaxTokenBytes)
+	if ferr := bw.Flush(); err == nil && ferr != nil {
+		err = fmt.Errorf("rewrite: writing html: %w", ferr)
+	}
+	return st, err
+}
+
+// CSS copies the style sheet src to dst with the URLs of url() and @import in
+// their VIP form, resolved against doc (the style sheet's own URL). It reads
+// the whole sheet into memory. The error is a read or write error.
+func (r *Rewriter) CSS(dst io.Writer, src io.Reader, doc *url.URL) (Stats, error) {
+	in, err := io.ReadAll(src)
+	if err != nil {
+		return Stats{}, fmt.Errorf("rewrite: reading css: %w", err)
+	}
+	d := r.newDoc(doc)
+	out, changed := d.u.appendCSS(nil, in, inCSS)
+	if !changed {
+		out = in
+	}
+	if _, err := dst.Write(out); err != nil {
+		return d.u.stats, fmt.Errorf("rewrite: writing css: %w", err)
+	}
+	return d.u.stats, nil
+}
+
+// doc is the state of one document's rewrite.
+type doc struct {
+	u        urlRewriter
+	docURL   *url.URL
+	baseSeen bool
+	buf      []byte
+}
+
+func (r *Rewriter) newDoc(u *url.URL) *doc {
+	d := &doc{docURL: u}
+	d.u = urlRewriter{vip: r.vip, vipHost: r.vipHost, base: newBase(u), absOnly: r.absOnly}
+	return d
+}
+
+func (d *doc) html(w io.Writer, src io.Reader, maxBuf int) (Stats, error) {
+	z := html.NewTokenizer(src)
+	z.SetMaxBuf(maxBuf)
+	styleNext := false
+	for {
+		tt := z.Next()
+		raw := z.Raw()
+		var err error
+		switch tt {
+		case html.ErrorToken:
+			if _, err := w.Write(raw); err != nil {
+				return d.u.stats, fmt.Errorf("rewrite: writing html: %w", err)
+			}
+			zerr := z.Err()
+			if zerr == io.EOF {
+				return d.u.stats, nil
+			}
+			if errors.Is(zerr, html.ErrBufferExceeded) {
+				d.u.stats.PassedThrough = true
+				if _, err := w.Write(z.Buffered()); err != nil {
+					return d.u.stats, fmt.Errorf("rewrite: writing html: %w", err)
+				}
+				if _, err := io.Copy(w, src); err != nil {
+					return d.u.stats, fmt.Errorf("rewrite: copying html after a token over %d bytes: %w", maxBuf, err)
+				}
+				return d.u.stats, nil
+			}
+			return d.u.stats, fmt.Errorf("rewrite: reading html: %w", zerr)
+		case html.StartTagToken, html.SelfClosingTagToken:
+			var out []byte
+			out, styleNext = d.tag(raw)
+			if out == nil {
+				out = raw
+			}
+			_, err = w.Write(out)
+		case html.TextToken:
+			if styleNext {
+				styleNext = false
+				out, changed := d.u.appendCSS(d.buf[:0], raw, inCSS)
+				if changed {
+					d.buf = out
+					raw = out
+				}
+			}
+			_, err = w.Write(raw)
+		default:
+			styleNext = false
+			_, err = w.Write(raw)
+		}
+		if err != nil {
+			return d.u.stats, fmt.Errorf("rewrite: writing html: %w", err)
+		}
+	}
+}
+
+// Elements whose attributes matter.
+const (
+	tagOther = iota
+	tagImg
+	tagSource
+	tagScript
+	tagLink
+	tagInput
+	tagVideo
+	tagAudio
+	tagTrack
+	tagObject
+	tagEmbed
+	tagBase
+	tagStyle
+)
+
+// Attributes that matter, by index into doc.tag's span table.
+const (
+	attrSrc = iota
+	attrSrcset
+	attrHref
+	attrRel
+	attrType
+	attrData
+	attrPoster
+	attrStyle
+	attrIntegrity
+	numAttrs
+)
+
+type span struct {
+	start, end int // value bytes raw[start:end]
+	quoted     bool
+	present    bool
+}
+
+// edit kinds
+const (
+	editURL = iota
+	editSrcset
+	editCSS
+)
+
+type edit struct {
+	attr int
+	kind int
+}
+
+func isHTMLSpace(c byte) bool {
+	return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\f'
+}
+
+func tagID(name []byte) int {
+	switch len(name) {
+	case 3:
+		if asciiEqualFold(name, "img") {
+			return tagImg
+		}
+	case 4:
+		switch {
+		case asciiEqualFold(name, "link"):
+			return tagLink
+		case asciiEqualFold(name, "base"):
+			return tagBase
+		}
+	case 5:
+		switch {
+		case asciiEqualFold(name, "input"):
+			return tagInput
+		case asciiEqualFold(name, "video"):
+			return tagVideo
+		case asciiEqualFold(name, "audio"):
+			return tagAudio
+		case asciiEqualFold(name, "track"):
+			return tagTrack
+		case asciiEqualFold(name, "embed"):
+			return tagEmbed
+		case asciiEqualFold(name, "style"):
+			return tagStyle
+		}
+	case 6:
+		switch {
+		case asciiEqualFold(name, "source"):
+			return tagSource
+		case asciiEqualFold(name, "script"):
+			return tagScript
+		case asciiEqualFold(name, "object"):
+			return tagObject
+		}
+	}
+	return tagOther
+}
+
+func attrID(key []byte) int {
+	switch len(key) {
+	case 3:
+		switch {
+		case asciiEqualFold(key, "src"):
+			return attrSrc
+		case asciiEqualFold(key, "rel"):
+			return attrRel
+		}
+	case 4:
+		switch {
+		case asciiEqualFold(key, "href"):
+			return attrHref
+		case asciiEqualFold(key, "type"):
+			return attrType
+		case asciiEqualFold(key, "data"):
+			return attrData
+		}
+	case 5:
+		if asciiEqualFold(key, "style") {
+			return attrStyle
+		}
+	case 6:
+		switch {
+		case asciiEqualFold(key, "srcset"):
+			return attrSrcset
+		case asciiEqualFold(key, "poster"):
+			return attrPoster
+		}
+	case 9:
+		if asciiEqualFold(key, "integrity") {
+			return attrIntegrity
+		}
+	}
+	return -1
+}
+
+// scanAttrs fills spans with the first occurrence of each attribute that
+// matters in the complete start tag raw, following the tokenizer's own rules
+// (x/net/html readTag, readTagAttrKey, readTagAttrVal) so that both agree on
+// where every value starts and ends. i is the index after the tag name.
+func scanAttrs(raw []byte, i int, spans *[numAttrs]span) {
+	n := len(raw)
+	for {
+		for i < n && isHTMLSpace(raw[i]) {
+			i++
+		}
+		if i >= n || raw[i] == '>' {
+			return
+		}
+		ks := i
+	key:
+		for i < n {
+			switch raw[i] {
+			case '=':
+				if i == ks {
+					i++
+					continue
+				}
+				break key
+			case ' ', '\n', '\r', '\t', '\f', '/', '>':
+				break key
+			}
+			i++
+		}
+		ke := i
+		vs, ve, quoted := i, i, false
+		for i < n && isHTMLSpace(raw[i]) {
+			i++
+		}
+		if i < n {
+			c := raw[i]
+			i++
+			switch {
+			case c == '/':
+			case c != '=':
+				i--
+			default:
+				for i < n && isHTMLSpace(raw[i]) {
+					i++
+				}
+				if i < n {
+					q := raw[i]
+					i++
+					switch q {
+					case '>':
+						i--
+						vs, ve = i, i
+					case '"', '\'':
+						vs = i
+						for i < n && raw[i] != q {
+							i++
+						}
+						ve = i
+						quoted = true
+						if i < n {
+							i++
+						}
+					default:
+						vs = i - 1
+						for i < n && !isHTMLSpace(raw[i]) && raw[i] != '>' {
+							i++
+						}
+						ve = i
+						if i < n && raw[i] != '>' {
+							i++
+						}
+					}
+				} else {
+					vs, ve = i, i
+				}
+			}
+		}
+		if ke > ks {
+			if a := attrID(raw[ks:ke]); a >= 0 && !spans[a].present {
+				spans[a] = span{start: vs, end: ve, quoted: quoted, present: true}
+			}
+		}
+	}
+}
+
+// relWanted reports whether a link's rel token list names a type whose href
+// is rewritten.
+func relWanted(v []byte) bool {
+	for i := 0; i < len(v); {
+		for i < len(v) && isHTMLSpace(v[i]) {
+			i++
+		}
+		j := i
+		for j < len(v) && !isHTMLSpace(v[j]) {
+			j++
+		}
+		t := v[i:j]
+		if asciiEqualFold(t, "stylesheet") || asciiEqualFold(t, "icon") ||
+			asciiEqualFold(t, "preload") || asciiEqualFold(t, "modulepreload") {
+			return true
+		}
+		i = j
+	}
+	return false
+}
+
+func trimHTMLSpace(v []byte) []byte {
+	for len(v) > 0 && isHTMLSpace(v[0]) {
+		v = v[1:]
+	}
+	for len(v) > 0 && isHTMLSpace(v[len(v)-1]) {
+		v = v[:len(v)-1]
+	}
+	return v
+}
+
+// tag rewrites one complete start tag. It returns the new bytes, or nil when
+// raw is to be copied as it is, and whether the tag opens a <style> element.
+func (d *doc) tag(raw []byte) ([]byte, bool) {
+	i := 1
+	for i < len(raw) && !isHTMLSpace(raw[i]) && raw[i] != '/' && raw[i] != '>' {
+		i++
+	}
+	id := tagID(raw[1:i])
+	var spans [numAttrs]span
+	scanAttrs(raw, i, &spans)
+
+	var edits [4]edit
+	ne := 0
+	add := func(a, kind int) {
+		if spans[a].present {
+			edits[ne] = edit{a, kind}
+			ne++
+		}
+	}
+	if !spans[attrIntegrity].present {
+		switch id {
+		case tagImg, tagSource:
+			add(attrSrc, editURL)
+			add(attrSrcset, editSrcset)
+		case tagScript, tagAudio, tagTrack, tagEmbed:
+			add(attrSrc, editURL)
+		case tagVideo:
+			add(attrSrc, editURL)
+			add(attrPoster, editURL)
+		case tagObject:
+			add(attrData, editURL)
+		case tagLink:
+			if s := spans[attrRel]; s.present && relWanted(raw[s.start:s.end]) {
+				add(attrHref, editURL)
+			}
+		case tagInput:
+			if s := spans[attrType]; s.present && asciiEqualFold(trimHTMLSpace(raw[s.start:s.end]), "image") {
+				add(attrSrc, editURL)
+			}
+		}
+	}
+	if id == tagBase && !d.baseSeen && spans[attrHref].present {
+		d.baseSeen = true
+		d.setBase(raw[spans[attrHref].start:spans[attrHref].end])
+	}
+	if s := spans[attrStyle]; s.present && s.end > s.start {
+		add(attrStyle, editCSS)
+	}
+	if ne == 0 {
+		return nil, id == tagStyle
+	}
+	// Apply the edits in the order of their values in raw.
+	for a := 1; a < ne; a++ {
+		for b := a; b > 0 && spans[edits[b].attr].start < spans[edits[b-1].attr].start; b-- {
+			edits[b], edits[b-1] = edits[b-1], edits[b]
+		}
+	}
+	out := d.buf[:0]
+	last := 0
+	changed := false
+	for _, e := range edits[:ne] {
+		s := spans[e.attr]
+		v := raw[s.start:s.end]
+		out = append(out, raw[last:s.start]...)
+		at := len(out)
+		ok := false
+		switch e.kind {
+		case editURL:
+			out, ok = d.u.appendURL(out, v, inAttr)
+		case editSrcset:
+			out, ok = d.u.appendSrcset(out, v)
+		case editCSS:
+			if hasCharRef(v) {
+				break // decoding and re-escaping would change untouched bytes
+			}
+			out, ok = d.u.appendCSS(out, v, inCSS)
+		}
+		if !ok {
+			out = append(out[:at], v...)
+		} else {
+			changed = true
+			if !s.quoted && needsQuotes(out[at:]) {
+				val := append([]byte(nil), out[at:]...)
+				out = append(out[:at], '"')
+				out = appendAttrEscaped(out, val)
+				out = append(out, '"')
+			}
+		}
+		last = s.end
+	}
+	d.buf = out
+	if !changed {
+		return nil, id == tagStyle
+	}
+	return append(out, raw[last:]...), id == tagStyle
+}
+
+// hasCharRef reports whether an attribute value holds a character reference
+// that decoding would change.
+func hasCharRef(v []byte) bool {
+	i := 0
+	for i < len(v) && v[i] != '&' {
+		i++
+	}
+	return i < len(v) && html.UnescapeString(string(v)) != string(v)
+}
+
+func needsQuotes(v []byte) bool {
+	if len(v) == 0 {
+		return true
+	}
+	for _, c := range v {
+		switch c {
+		case ' ', '\t', '\n', '\r', '\f', '"', '\'', '=', '<', '>', '`':
+			return true
+		}
+	}
+	return false
+}
+
+// setBase applies the first <base href> (HTML, "frozen base URL"): it is
+// resolved against the document URL; one that does not parse leaves the
+// document URL in force.
+func (d *doc) setBase(v []byte) {
+	s := strings.TrimSpace(html.UnescapeString(string(v)))
+	ref, err := url.Parse(s)
+	if err != nil {
+		return
+	}
+	if d.docURL != nil {
+		ref = d.docURL.ResolveReference(ref)
+	}
+	d.u.base = newBase(ref)
+}
+
+// appendSrcset rewrites each image candidate's URL in a srcset value (HTML,
+// "parse a srcset attribute"), keeping separators and descriptors.
+func (u *urlRewriter) appendSrcset(dst, v []byte) ([]byte, bool) {
+	start := len(dst)
+	last := 0
+	changed := false
+	for i := 0; i < len(v); {
+		for i < len(v) && (isHTMLSpace(v[i]) || v[i] == ',') {
+			i++
+		}
+		if i >= len(v) {
+			break
+		}
+		us := i
+		for i < len(v) && !isHTMLSpace(v[i]) {
+			i++
+		}
+		ue := i
+		comma := false
+		for ue > us && v[ue-1] == ',' {
+			ue--
+			comma = true
+		}
+		if ue > us {
+			dst = append(dst, v[last:us]...)
+			var ok bool
+			if dst, ok = u.appendURL(dst, v[us:ue], inAttr); ok {
+				changed = true
+				last = ue
+			} else {
+				last = us
+			}
+		}
+		if !comma {
+			depth := 0
+		desc:
+			for i < len(v) {
+				switch v[i] {
+				case '(':
+					depth++
+				case ')':
+					if depth > 0 {
+						depth--
+					}
+				case ',':
+					if depth == 0 {
+						i++
+						break desc
+					}
+				}
+				i++
+			}
+		}
+	}
+	if !changed {
+		return dst[:start], false
+	}
+	return append(dst, v[last:]...), true
+}

@@ -1,0 +1,66 @@
+package rewrite
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the rewriter's Prometheus series (namespace pep, subsystem
+// rewrite). Response counts every Result into them:
+//
+//	pep_rewrite_responses_total{result="rewritten|skipped",reason="...",kind="html|css|"}
+//	pep_rewrite_urls_total         URLs put into the VIP form
+//	pep_rewrite_urls_skipped_total URLs left alone as unsafe to rewrite (Stats.Skipped)
+//	pep_rewrite_seconds            time spent in Response for HTML and CSS bodies
+type Metrics struct {
+	responses   *prometheus.CounterVec
+	urls        prometheus.Counter
+	urlsSkipped prometheus.Counter
+	seconds     prometheus.Histogram
+}
+
+// NewMetrics creates the series and registers them with reg (nil: not
+// registered). The error is a registration conflict.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "pep", Subsystem: "rewrite", Name: "responses_total",
+			Help: "Responses seen in URL mode, by result (rewritten or skipped), reason for skipping and kind (html, css or empty).",
+		}, []string{"result", "reason", "kind"}),
+		urls: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "pep", Subsystem: "rewrite", Name: "urls_total",
+			Help: "URLs put into the VIP form.",
+		}),
+		urlsSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "pep", Subsystem: "rewrite", Name: "urls_skipped_total",
+			Help: "URLs in rewritable places left alone because their VIP form would not mean the same.",
+		}),
+		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "pep", Subsystem: "rewrite", Name: "seconds",
+			Help:    "Time spent buffering, decoding, rewriting and encoding one HTML or CSS body.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 4, 8),
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.responses, m.urls, m.urlsSkipped, m.seconds} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) observe(res Result, d time.Duration) {
+	result := "skipped"
+	if res.Rewritten {
+		result = "rewritten"
+	}
+	m.responses.WithLabelValues(result, string(res.Reason), res.Kind).Inc()
+	m.urls.Add(float64(res.Stats.URLs))
+	m.urlsSkipped.Add(float64(res.Stats.Skipped))
+	if res.Kind != "" {
+		m.seconds.Observe(d.Seconds())
+	}
+}

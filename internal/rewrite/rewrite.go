@@ -1,0 +1,96 @@
+// Package rewrite is pepd's URL mode (the seed paper, section 3.1, Fig. 2):
+// it rewrites the embedded http:// URLs of HTML and CSS responses into the VIP
+// form http://VIP/host[:port]/path?query, and maps VIP-form requests, Location
+// headers and cookies between the two forms.
+//
+// The HTML rewriter streams over golang.org/x/net/html's tokenizer and copies
+// every token it does not change byte for byte. Response applies it to an
+// *http.Response (content type, content coding, charset, Content-Length,
+// ETag). ParseVIPPath, Rewriter.VIPURL, Rewriter.Location, SetCookie and
+// CookieHeader are the pure mappings the HTTP proxy uses.
+package rewrite
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+)
+
+// Rewriter rewrites documents for one VIP. It is safe for concurrent use.
+type Rewriter struct {
+	vip     string // authority in VIP-form URLs: "192.0.2.12", "[2001:db8::1]:8080"
+	vipHost string // vip without port
+	cfg     Config
+	htmlTyp map[string]bool
+	cssTyp  map[string]bool
+	log     *slog.Logger
+	metrics *Metrics
+	absOnly bool // tests: rewrite absolute http: URLs only
+}
+
+// New returns a Rewriter that puts URLs under vip, an IP address with an
+// optional port: "192.0.2.12", "192.0.2.12:8080", "2001:db8::1" or
+// "[2001:db8::1]:8080". cfg is validated (zero fields take their defaults).
+// A nil log discards; a nil m counts nothing.
+func New(vip string, cfg Config, log *slog.Logger, m *Metrics) (*Rewriter, error) {
+	auth, host, err := parseVIP(vip)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Rewriter{
+		vip:     auth,
+		vipHost: host,
+		cfg:     cfg,
+		htmlTyp: make(map[string]bool),
+		cssTyp:  make(map[string]bool),
+		log:     log.With("component", "rewrite"),
+		metrics: m,
+	}
+	for _, t := range cfg.HTMLTypes {
+		r.htmlTyp[t] = true
+	}
+	for _, t := range cfg.CSSTypes {
+		r.cssTyp[t] = true
+	}
+	return r, nil
+}
+
+// VIP returns the authority VIP-form URLs carry, e.g. "192.0.2.12".
+func (r *Rewriter) VIP() string { return r.vip }
+
+// parseVIP checks a VIP given as address or address:port and returns the
+// authority as it goes into URLs and its host part.
+func parseVIP(vip string) (auth, host string, err error) {
+	if ap, err := netip.ParseAddrPort(vip); err == nil {
+		if ap.Port() == 0 {
+			return "", "", fmt.Errorf("rewrite: vip %q: port 0", vip)
+		}
+		a := ap.Addr().Unmap()
+		h := a.String()
+		if a.Is6() {
+			h = "[" + h + "]"
+		}
+		if ap.Port() == 80 {
+			return h, h, nil
+		}
+		return fmt.Sprintf("%s:%d", h, ap.Port()), h, nil
+	}
+	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(vip, "["), "]"))
+	if err != nil || a.Zone() != "" {
+		return "", "", fmt.Errorf("rewrite: vip %q is not an IP address or IP:port", vip)
+	}
+	a = a.Unmap()
+	h := a.String()
+	if a.Is6() {
+		h = "[" + h + "]"
+	}
+	return h, h, nil
+}
