@@ -1,0 +1,475 @@
+// Package calibrate measures an emulated link end to end and compares it with
+// its profile: RTT by UDP echo, goodput by a bulk TCP transfer each way, and
+// loss by counting echoes. It builds its own namespaces (run-unique names)
+// and removes them when done. Needs root.
+package calibrate
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"pep/netem"
+)
+
+// Tolerances of the calibration (issue 4): RTT and rate within 5 %, loss
+// within a 99 % two-sided binomial bound.
+const (
+	RTTTolerance  = 0.05
+	RateTolerance = 0.05
+	LossZ         = 2.576 // standard normal quantile for 99 % two-sided
+)
+
+// Full is the profile set of "make netem-calibrate": both paper cells, one
+// LTE preset, and a lossy profile of the HTTP/2-Advance grid for the loss check.
+var Full = []string{"paper-average", "paper-congested", "lte", "h2a-rtt100-loss2"}
+
+// Quick is the subset run by "make test": one paper cell (RTT and rate both
+// ways) and one lossy profile, with shorter windows.
+var Quick = []string{"paper-average", "h2a-rtt100-loss2"}
+
+// Config says what to calibrate.
+type Config struct {
+	Profiles []string      // names or paths, as netem.LoadProfile takes them
+	Backend  netem.Backend // Auto by default
+	Quick    bool          // shorter measurement windows and fewer probes
+	Logger   *slog.Logger  // nil: slog.Default()
+}
+
+// Result is one check of one profile.
+type Result struct {
+	Profile    string
+	Metric     string  // "rtt", "goodput up", "goodput down", "loss"
+	Configured string  // the profile's figure, e.g. "400ms" or "81kbit"
+	Expected   float64 // what should be measured, in Unit
+	Measured   float64 // in Unit
+	Unit       string  // "ms", "kbit/s", "%"
+	Bound      string  // the tolerance, e.g. "±5%" or "[0.9, 7.0]"
+	Pass       bool
+	Note       string // how Expected was derived
+}
+
+// IPv4 addresses of the calibration topology (the testbed's defaults).
+var (
+	mnAddr = netip.MustParsePrefix("198.18.0.2/24")
+	gwAddr = netip.MustParsePrefix("198.18.0.1/24")
+)
+
+// Run builds mobile, link and gateway namespaces, then applies each profile
+// in turn and measures it. It returns every check's Result; the error is for
+// a calibration that could not run, not one that failed its tolerance.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "netem-calibrate")
+	mn, gw, ln := netem.UniqueName("cm"), netem.UniqueName("cg"), netem.UniqueName("cl")
+	for _, ns := range []string{mn, gw} {
+		if err := netem.CreateNamespace(ns); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err := netem.DeleteNamespace(ns); err != nil {
+				log.Error("cleanup", "err", err)
+			}
+		}()
+	}
+	spec, undo, err := netem.Wire(netem.WireSpec{
+		Namespace: ln,
+		A:         netem.WireEnd{Namespace: mn, Interface: "radio0", Addr: mnAddr},
+		B:         netem.WireEnd{Namespace: gw, Interface: "radio0", Addr: gwAddr},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := undo(); err != nil {
+			log.Error("cleanup", "err", err)
+		}
+	}()
+	s := &session{mn: mn, gw: gw, quick: cfg.Quick, log: log}
+	if err := s.startServers(); err != nil {
+		return nil, err
+	}
+	defer s.stopServers()
+	var out []Result
+	for _, name := range cfg.Profiles {
+		p, err := netem.LoadProfile(name)
+		if err != nil {
+			return out, err
+		}
+		link, err := netem.NewLink(ctx, spec, p, netem.Options{Backend: cfg.Backend, Logger: log})
+		if err != nil {
+			return out, err
+		}
+		rs, err := s.measure(ctx, p)
+		link.Close()
+		out = append(out, rs...)
+		if err != nil {
+			return out, fmt.Errorf("calibrate: %s: %w", p.Name, err)
+		}
+	}
+	return out, nil
+}
+
+// session holds the servers in the gateway namespace.
+type session struct {
+	mn, gw string
+	quick  bool
+	log    *slog.Logger
+	echo   net.PacketConn
+	tcp    net.Listener
+	wg     sync.WaitGroup
+	// conns carries accepted TCP connections to the bulk measurement.
+	conns chan net.Conn
+}
+
+func (s *session) startServers() error {
+	err := netem.InNamespace(s.gw, func() error {
+		var err error
+		if s.echo, err = net.ListenPacket("udp4", gwAddr.Addr().String()+":0"); err != nil {
+			return err
+		}
+		s.tcp, err = net.Listen("tcp4", gwAddr.Addr().String()+":0")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("calibrate: servers in %s: %w", s.gw, err)
+	}
+	s.conns = make(chan net.Conn)
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := s.echo.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = s.echo.WriteTo(buf[:n], from)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := s.tcp.Accept()
+			if err != nil {
+				return
+			}
+			s.conns <- c
+		}
+	}()
+	return nil
+}
+
+func (s *session) stopServers() {
+	s.echo.Close()
+	s.tcp.Close()
+	s.wg.Wait()
+}
+
+func (s *session) measure(ctx context.Context, p netem.Profile) ([]Result, error) {
+	rs, err := s.probe(ctx, p)
+	if err != nil {
+		return rs, err
+	}
+	for _, dir := range []string{"down", "up"} {
+		d := p.Down
+		if dir == "up" {
+			d = p.Up
+		}
+		if d.Rate == 0 || p.Up.Loss.Mean() > 0 || p.Down.Loss.Mean() > 0 {
+			continue // no rate to check, or TCP cannot reach it under loss
+		}
+		r, err := s.bulk(ctx, p, dir, d)
+		if err != nil {
+			return rs, err
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
+}
+
+// probeSize is the IP size of one echo probe: 20 IP + 8 UDP + 36 payload.
+const probeSize = 64
+
+// probe sends UDP echo probes from the mobile side, paced so that they never
+// queue behind each other, and returns the RTT and loss checks.
+func (s *session) probe(ctx context.Context, p netem.Profile) ([]Result, error) {
+	n := 100
+	if p.Up.Loss.Mean() > 0 || p.Down.Loss.Mean() > 0 {
+		n = 2000
+		if s.quick {
+			n = 600
+		}
+	} else if s.quick {
+		n = 30
+	}
+	ser := max(p.Up.Rate.TxTime(probeSize), p.Down.Rate.TxTime(probeSize))
+	interval := max(time.Millisecond, 2*ser)
+	var c net.PacketConn
+	err := netem.InNamespace(s.mn, func() error {
+		var err error
+		c, err = net.ListenPacket("udp4", mnAddr.Addr().String()+":0")
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("probe socket: %w", err)
+	}
+	defer c.Close()
+	dst := s.echo.LocalAddr()
+	origin := time.Now()
+	rtts := make([]time.Duration, n)
+	got := make([]bool, n)
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		buf := make([]byte, 2048)
+		for {
+			k, _, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			now := time.Since(origin)
+			if k != probeSize-28 {
+				continue
+			}
+			seq := binary.BigEndian.Uint32(buf[0:4])
+			sent := time.Duration(binary.BigEndian.Uint64(buf[4:12]))
+			if seq == math.MaxUint32 || int(seq) >= n || got[seq] {
+				continue
+			}
+			got[seq], rtts[seq] = true, now-sent
+		}
+	}()
+	// Warm-up: resolve ARP (which crosses unimpaired) with one probe.
+	payload := make([]byte, probeSize-28)
+	binary.BigEndian.PutUint32(payload[0:4], math.MaxUint32)
+	_, _ = c.WriteTo(payload, dst)
+	time.Sleep(p.RTT() + 4*ser + 50*time.Millisecond)
+	start := time.Now()
+	for i := range n {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
+		binary.BigEndian.PutUint32(payload[0:4], uint32(i))
+		binary.BigEndian.PutUint64(payload[4:12], uint64(time.Since(origin)))
+		if _, err := c.WriteTo(payload, dst); err != nil {
+			return nil, fmt.Errorf("probe %d: %w", i, err)
+		}
+	}
+	jitter := p.Up.Jitter + p.Down.Jitter
+	time.Sleep(p.RTT() + jitter + 4*ser + 500*time.Millisecond)
+	c.Close()
+	<-recvDone
+	var meas []time.Duration
+	for i := range n {
+		if got[i] {
+			meas = append(meas, rtts[i])
+		}
+	}
+	lost := n - len(meas)
+	var out []Result
+	want := p.RTT() + p.Up.Rate.TxTime(probeSize) + p.Down.Rate.TxTime(probeSize)
+	if len(meas) > 0 {
+		slices.Sort(meas)
+		med := meas[len(meas)/2]
+		err := math.Abs(float64(med-want)) / float64(want)
+		out = append(out, Result{
+			Profile: p.Name, Metric: "rtt", Configured: p.RTT().String(),
+			Expected: ms(want), Measured: ms(med), Unit: "ms",
+			Bound: fmt.Sprintf("±%g%%", RTTTolerance*100), Pass: err <= RTTTolerance,
+			Note: fmt.Sprintf("median of %d UDP echoes of %d B; expected = delays + serialization of the probe each way", len(meas), probeSize),
+		})
+	}
+	q := 1 - (1-p.Up.Loss.Mean())*(1-p.Down.Loss.Mean())
+	lo, hi := binomialBound(n, q)
+	out = append(out, Result{
+		Profile: p.Name, Metric: "loss", Configured: p.Up.Loss.String() + " up, " + p.Down.Loss.String() + " down",
+		Expected: 100 * q, Measured: 100 * float64(lost) / float64(n), Unit: "%",
+		Bound: fmt.Sprintf("[%.2f, %.2f]", 100*lo/float64(n), 100*hi/float64(n)),
+		Pass:  float64(lost) >= lo && float64(lost) <= hi,
+		Note:  fmt.Sprintf("%d of %d echoes lost; a round trip survives with (1-up)(1-down); 99%% binomial bound", lost, n),
+	})
+	return out, nil
+}
+
+// binomialBound is the 99 % two-sided bound on the number of losses in n
+// trials of probability q (normal approximation with continuity correction;
+// exactly 0 when q is 0).
+func binomialBound(n int, q float64) (lo, hi float64) {
+	if q == 0 {
+		return 0, 0
+	}
+	mean, sd := float64(n)*q, math.Sqrt(float64(n)*q*(1-q))
+	return max(0, math.Floor(mean-LossZ*sd-0.5)), math.Ceil(mean + LossZ*sd + 0.5)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// bulk runs one TCP transfer in direction dir ("down": gateway to mobile)
+// and compares its steady goodput with the rate. The rate counts IP bytes, so
+// a full segment of MSS payload bytes costs MSS + 40 (+12 with timestamps)
+// bytes of link time: expected goodput = rate * MSS / (MSS + headers).
+func (s *session) bulk(ctx context.Context, p netem.Profile, dir string, d netem.Direction) (Result, error) {
+	var client net.Conn
+	err := netem.InNamespace(s.mn, func() error {
+		var err error
+		dl := net.Dialer{Timeout: 10 * time.Second}
+		client, err = dl.DialContext(ctx, "tcp4", s.tcp.Addr().String())
+		return err
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("bulk dial: %w", err)
+	}
+	var server net.Conn
+	select {
+	case server = <-s.conns:
+	case <-time.After(10 * time.Second):
+		client.Close()
+		return Result{}, errors.New("bulk: no connection accepted")
+	}
+	defer client.Close()
+	defer server.Close()
+	sender, receiver := server, client
+	if dir == "up" {
+		sender, receiver = client, server
+	}
+	mss, hdr, err := segmentShape(sender)
+	if err != nil {
+		return Result{}, err
+	}
+	wire := d.Rate.TxTime(mss + hdr)
+	window := max(2*time.Second, 40*wire)
+	if s.quick {
+		window = max(time.Second, 15*wire)
+	}
+	bdp := int(float64(d.Rate) / 8 * p.RTT().Seconds())
+	startBytes := max(8<<10, 4*bdp)
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := sender.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 256<<10)
+	var total, counted int
+	var tStart, tLast time.Time
+	deadline := time.Now().Add(window + 30*time.Second)
+	_ = receiver.SetReadDeadline(deadline)
+	for {
+		k, err := receiver.Read(buf)
+		now := time.Now()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return Result{}, fmt.Errorf("bulk %s read: %w", dir, err)
+		}
+		total += k
+		switch {
+		case tStart.IsZero():
+			if total >= startBytes {
+				tStart = now
+			}
+		default:
+			counted += k
+			tLast = now
+		}
+		if !tStart.IsZero() && now.Sub(tStart) >= window {
+			break
+		}
+	}
+	sender.Close()
+	elapsed := tLast.Sub(tStart)
+	if elapsed <= 0 {
+		return Result{}, fmt.Errorf("bulk %s: nothing measured", dir)
+	}
+	meas := float64(counted) * 8 / elapsed.Seconds() / 1000
+	want := float64(d.Rate) * float64(mss) / float64(mss+hdr) / 1000
+	rel := math.Abs(meas-want) / want
+	return Result{
+		Profile: p.Name, Metric: "goodput " + dir, Configured: d.Rate.String(),
+		Expected: want, Measured: meas, Unit: "kbit/s",
+		Bound: fmt.Sprintf("±%g%%", RateTolerance*100), Pass: rel <= RateTolerance,
+		Note: fmt.Sprintf("TCP payload over %.1f s after %d B; expected = rate*%d/(%d+%d)",
+			elapsed.Seconds(), startBytes, mss, mss, hdr),
+	}, nil
+}
+
+// segmentShape reads the sender's MSS and header size (TCP_INFO, tcp(7)).
+func segmentShape(c net.Conn) (mss, hdr int, err error) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return 0, 0, errors.New("not a TCP connection")
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	var info *unix.TCPInfo
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil {
+		return 0, 0, err
+	}
+	if ierr != nil {
+		return 0, 0, fmt.Errorf("TCP_INFO: %w", ierr)
+	}
+	hdr = 40
+	if info.Options&tcpiOptTimestamps != 0 {
+		hdr += 12
+	}
+	return int(info.Snd_mss), hdr, nil
+}
+
+// Passed reports whether every result passed.
+func Passed(rs []Result) bool {
+	for _, r := range rs {
+		if !r.Pass {
+			return false
+		}
+	}
+	return len(rs) > 0
+}
+
+// WriteTable writes rs as a Markdown table (the one in netem/README.md).
+func WriteTable(w io.Writer, rs []Result) error {
+	var b strings.Builder
+	b.WriteString("| profile | metric | configured | expected | measured | error | bound | ok |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		errStr := "n/a"
+		if r.Expected != 0 {
+			errStr = fmt.Sprintf("%+.1f%%", 100*(r.Measured-r.Expected)/r.Expected)
+		}
+		ok := "yes"
+		if !r.Pass {
+			ok = "**NO**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.2f %s | %.2f %s | %s | %s | %s |\n",
+			r.Profile, r.Metric, r.Configured, r.Expected, r.Unit, r.Measured, r.Unit, errStr, r.Bound, ok)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// tcpiOptTimestamps is TCPI_OPT_TIMESTAMPS of linux/tcp.h.
+const tcpiOptTimestamps = 1

@@ -1,0 +1,330 @@
+package netem
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// vnetHdrLen is the size of struct virtio_net_hdr, which the kernel puts in
+// front of every frame on a PACKET_VNET_HDR socket (packet(7)).
+const vnetHdrLen = 10
+
+// maxFrame bounds one read: a GSO super-packet (offloads left on by a peer)
+// can be 64 KiB.
+const maxFrame = vnetHdrLen + 65536 + 64
+
+// openPacket opens an AF_PACKET socket bound to ifname in namespace ns,
+// seeing every frame that arrives on it (not those sent from it) with a
+// virtio_net_hdr in front. The header carries the checksum state, so a frame
+// whose checksum a peer left to offload is written out with the same state
+// instead of a wrong checksum.
+func openPacket(ns, ifname string) (*os.File, error) {
+	var f *os.File
+	err := InNamespace(ns, func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return fmt.Errorf("netem: interface %q in namespace %q: %w", ifname, ns, err)
+		}
+		// Protocol 0: no frame is queued before bind picks the interface.
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("netem: packet socket: %w", err)
+		}
+		for _, o := range []struct {
+			level, opt, val int
+			name            string
+		}{
+			{unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1, "PACKET_VNET_HDR"},
+			{unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING"},
+			{unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8 << 20, "SO_RCVBUFFORCE"},
+			{unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8 << 20, "SO_SNDBUFFORCE"},
+		} {
+			if err := unix.SetsockoptInt(fd, o.level, o.opt, o.val); err != nil {
+				unix.Close(fd)
+				return fmt.Errorf("netem: %s on %q: %w", o.name, ifname, err)
+			}
+		}
+		sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}
+		if err := unix.Bind(fd, sa); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("netem: bind packet socket to %q: %w", ifname, err)
+		}
+		// Disable IPv6 on the link's own ends, best effort: the link
+		// namespace must not talk on the link itself.
+		_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+ifname+"/disable_ipv6", []byte("1"), 0)
+		f = os.NewFile(uintptr(fd), "packet:"+ifname)
+		return nil
+	})
+	return f, err
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// packetDrops reads and resets the socket's kernel drop count (PACKET_STATISTICS).
+func packetDrops(f *os.File) uint64 {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var st unix.TpacketStats
+	_ = rc.Control(func(fd uintptr) {
+		l := uint32(unsafe.Sizeof(st))
+		_, _, _ = unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_PACKET, unix.PACKET_STATISTICS,
+			uintptr(unsafe.Pointer(&st)), uintptr(unsafe.Pointer(&l)), 0)
+	})
+	return uint64(st.Drops)
+}
+
+// setUp brings interfaces up in namespace ns.
+func setUp(ns string, ifnames ...string) error {
+	h, err := openNS(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return fmt.Errorf("netem: netlink in %q: %w", ns, err)
+	}
+	defer nl.Close()
+	for _, name := range ifnames {
+		l, err := nl.LinkByName(name)
+		if err == nil {
+			err = nl.LinkSetUp(l)
+		}
+		if err != nil {
+			return fmt.Errorf("netem: set %q up in namespace %q: %w", name, ns, err)
+		}
+	}
+	return nil
+}
+
+// emulator is the userspace backend: one pump per direction, each reading
+// frames from one interface, scheduling them, and writing them out of the other.
+type emulator struct {
+	fa, fb   *os.File
+	up, down *pump
+	done     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// pump is one direction of the userspace backend.
+type pump struct {
+	name    string
+	in, out *os.File
+	origin  time.Time
+	log     *slog.Logger
+	done    chan struct{}
+	wake    chan struct{}
+
+	mu       sync.Mutex
+	sched    *Scheduler
+	ctr      DirCounters
+	fifo     []pending // delivery order is time order: Scheduler never reorders
+	fifoHead int
+	gsoSeen  bool
+	writeErr uint64
+}
+
+type pending struct {
+	at  time.Duration
+	buf *[]byte
+	n   int
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 2048); return &b }}
+
+func startEmulator(spec LinkSpec, p Profile, seed uint64, log *slog.Logger) (*emulator, error) {
+	if err := setUp(spec.Namespace, spec.IfA, spec.IfB); err != nil {
+		return nil, err
+	}
+	fa, err := openPacket(spec.Namespace, spec.IfA)
+	if err != nil {
+		return nil, err
+	}
+	fb, err := openPacket(spec.Namespace, spec.IfB)
+	if err != nil {
+		fa.Close()
+		return nil, err
+	}
+	e := &emulator{fa: fa, fb: fb, done: make(chan struct{})}
+	origin := time.Now()
+	mk := func(name string, in, out *os.File, d Direction, seed uint64) *pump {
+		return &pump{name: name, in: in, out: out, origin: origin, log: log.With("dir", name),
+			done: e.done, wake: make(chan struct{}, 1), sched: NewScheduler(d, seed),
+			ctr: DirCounters{ConnsByDst: make(map[netip.Addr]uint64)}}
+	}
+	e.up = mk("up", fa, fb, p.Up, seed)
+	e.down = mk("down", fb, fa, p.Down, seed+1)
+	for _, pu := range []*pump{e.up, e.down} {
+		e.wg.Add(2)
+		go func() { defer e.wg.Done(); pu.readLoop() }()
+		go func() { defer e.wg.Done(); pu.writeLoop() }()
+	}
+	return e, nil
+}
+
+func (e *emulator) counters() Counters {
+	return Counters{Up: e.up.snapshot(), Down: e.down.snapshot()}
+}
+
+func (e *emulator) close() error {
+	close(e.done)
+	err1 := e.fa.Close()
+	err2 := e.fb.Close()
+	e.wg.Wait()
+	if err1 != nil {
+		return fmt.Errorf("netem: close: %w", err1)
+	}
+	if err2 != nil {
+		return fmt.Errorf("netem: close: %w", err2)
+	}
+	return nil
+}
+
+func (pu *pump) snapshot() DirCounters {
+	drops := packetDrops(pu.in)
+	pu.mu.Lock()
+	defer pu.mu.Unlock()
+	pu.ctr.CaptureDrops += drops
+	return pu.ctr.clone()
+}
+
+func (pu *pump) readLoop() {
+	buf := make([]byte, maxFrame)
+	for {
+		n, err := pu.in.Read(buf)
+		if err != nil {
+			select {
+			case <-pu.done:
+			default:
+				pu.log.Error("read stopped", "err", err)
+			}
+			return
+		}
+		if n <= vnetHdrLen {
+			continue
+		}
+		now := time.Since(pu.origin)
+		info := classify(buf[vnetHdrLen:n])
+		info.gso = buf[1] != 0 // virtio_net_hdr.gso_type
+		if !info.ip {
+			pu.mu.Lock()
+			pu.ctr.NonIP++
+			pu.mu.Unlock()
+			pu.write(buf[:n])
+			continue
+		}
+		pu.mu.Lock()
+		pu.ctr.count(info)
+		if info.gso && !pu.gsoSeen {
+			pu.gsoSeen = true
+			pu.log.Warn("GSO super-packet seen: a peer has offloads on, rate and loss apply to it whole",
+				"gso_size", binary.LittleEndian.Uint16(buf[4:6]))
+		}
+		at, v := pu.sched.Admit(now, info.size)
+		switch v {
+		case DropLoss:
+			pu.ctr.LossDrops++
+			pu.ctr.Drops++
+			pu.mu.Unlock()
+			continue
+		case DropQueue:
+			pu.ctr.QueueDrops++
+			pu.ctr.Drops++
+			pu.mu.Unlock()
+			continue
+		}
+		var pb *[]byte
+		if n <= 2048 {
+			pb = bufPool.Get().(*[]byte)
+		} else {
+			b := make([]byte, n)
+			pb = &b
+		}
+		copy(*pb, buf[:n])
+		wasEmpty := pu.fifoHead == len(pu.fifo)
+		pu.fifo = append(pu.fifo, pending{at: at, buf: pb, n: n})
+		pu.mu.Unlock()
+		if wasEmpty {
+			select {
+			case pu.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (pu *pump) write(frame []byte) {
+	if _, err := pu.out.Write(frame); err != nil {
+		pu.mu.Lock()
+		pu.writeErr++
+		first := pu.writeErr == 1
+		pu.mu.Unlock()
+		if first {
+			pu.log.Warn("write failed (counted, further failures not logged)", "err", err)
+		}
+	}
+}
+
+// writeLoop sends each packet when its time comes. Timers are late by up to
+// the runtime's timer resolution, never early; the schedule itself does not
+// drift, because departure times come from the Scheduler, not from when the
+// loop woke up.
+func (pu *pump) writeLoop() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var batch []pending
+	for {
+		pu.mu.Lock()
+		if pu.fifoHead == len(pu.fifo) {
+			pu.fifo, pu.fifoHead = pu.fifo[:0], 0
+			pu.mu.Unlock()
+			select {
+			case <-pu.wake:
+				continue
+			case <-pu.done:
+				return
+			}
+		}
+		now := time.Since(pu.origin)
+		if wait := pu.fifo[pu.fifoHead].at - now; wait > 0 {
+			pu.mu.Unlock()
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-pu.done:
+				return
+			}
+			continue
+		}
+		batch = batch[:0]
+		for pu.fifoHead < len(pu.fifo) && pu.fifo[pu.fifoHead].at <= now {
+			batch = append(batch, pu.fifo[pu.fifoHead])
+			pu.fifo[pu.fifoHead] = pending{}
+			pu.fifoHead++
+		}
+		if pu.fifoHead > 1024 && 2*pu.fifoHead > len(pu.fifo) {
+			n := copy(pu.fifo, pu.fifo[pu.fifoHead:])
+			clear(pu.fifo[n:])
+			pu.fifo, pu.fifoHead = pu.fifo[:n], 0
+		}
+		pu.mu.Unlock()
+		for _, p := range batch {
+			pu.write((*p.buf)[:p.n])
+			if cap(*p.buf) == 2048 {
+				bufPool.Put(p.buf)
+			}
+		}
+	}
+}
