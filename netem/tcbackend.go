@@ -15,14 +15,14 @@ import (
 // planned by PlanTC) and read-only AF_PACKET taps on IfA and IfB count what
 // enters the link. Drops come from the qdiscs' statistics.
 type tcLink struct {
-	spec  LinkSpec
-	prof  Profile
-	log   *slog.Logger
-	taps  [2]*os.File // IfA (Up), IfB (Down)
-	mu    sync.Mutex
-	ctr   [2]DirCounters
-	wg    sync.WaitGroup
-	nl    *netlink.Handle
+	spec LinkSpec
+	prof Profile
+	log  *slog.Logger
+	taps [2]*os.File // IfA (Up), IfB (Down)
+	mu   sync.Mutex
+	ctr  [2]DirCounters
+	wg   sync.WaitGroup
+	nl   *netlink.Handle
 }
 
 func startTC(ctx context.Context, spec LinkSpec, p Profile, log *slog.Logger) (*tcLink, error) {

@@ -129,4 +129,3 @@ func UniqueName(prefix string) string {
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s%d%x", prefix, os.Getpid()%100000, b)
 }
-
