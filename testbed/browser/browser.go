@@ -1,0 +1,360 @@
+// Package browser drives headless Chromium (Debian's chromium) with
+// chromedp for the testbed: one browser per session with a fresh profile,
+// pages loaded in order, one tab per page (the seed paper's sequential runs,
+// §4.2), and per page the figures the paper's instrumented Mozilla printed:
+// page load time, DOMContentLoaded, bytes, requests and failures.
+//
+// The browser can run inside a network namespace (Options.NS): the
+// process is started as `ip netns exec NS chromium ...` and chromedp talks
+// to it over the DevTools pipe (file descriptors 3 and 4, which `ip netns
+// exec` passes on), so no port has to cross namespaces.
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+// Resolver selects the DNS resolver Chromium uses: its built-in
+// asynchronous resolver ("builtin": feature AsyncDns on; it honours TTLs)
+// or the system's getaddrinfo ("system": AsyncDns off; Chromium caches
+// those answers for 60 s whatever the TTL). Both read the namespace's
+// /etc/resolv.conf.
+type Resolver string
+
+// The two resolvers.
+const (
+	ResolverBuiltin Resolver = "builtin"
+	ResolverSystem  Resolver = "system"
+)
+
+// ParseResolver accepts "builtin" or "system".
+func ParseResolver(s string) (Resolver, error) {
+	switch r := Resolver(s); r {
+	case ResolverBuiltin, ResolverSystem:
+		return r, nil
+	}
+	return "", fmt.Errorf("browser: resolver %q: want builtin or system", s)
+}
+
+// Options configure a Session.
+type Options struct {
+	// NS is the network namespace the browser runs in; "" runs it in the
+	// caller's namespace.
+	NS string
+	// ExecPath is the Chromium binary; "" means "chromium" from PATH.
+	ExecPath string
+	// Resolver selects Chromium's resolver; "" means ResolverBuiltin.
+	Resolver Resolver
+	// PageTimeout bounds one page: navigation, onload and settling. Zero
+	// means 3 minutes.
+	PageTimeout time.Duration
+	// Settle is how long the network must stay quiet after onload before
+	// a page is complete, so that late requests count for their own page
+	// and not for the next one. Zero means 500 ms; negative means do not
+	// wait.
+	Settle time.Duration
+	// IgnoreCertErrors makes Chromium accept the testbed's test CA
+	// (--ignore-certificate-errors).
+	IgnoreCertErrors bool
+	// Log receives the session's events; nil discards them.
+	Log *slog.Logger
+}
+
+// Flags returns the Chromium command-line flags of a session with opts, in
+// order, without the ones chromedp adds (pipe, user data dir, about:blank).
+// They keep Chromium quiet (no background networking, component updates,
+// sync, QUIC, HTTPS upgrades) and select the resolver.
+func Flags(opts Options) []string {
+	disable := []string{"HttpsUpgrades", "Translate", "MediaRouter", "OptimizationHints",
+		"DialMediaRouteProvider", "AutofillServerCommunication", "CertificateTransparencyComponentUpdater",
+		"InterestFeedContentSuggestions", "PrivacySandboxSettings4"}
+	enable := []string{"NetworkService", "NetworkServiceInProcess"}
+	if opts.Resolver == ResolverSystem {
+		disable = append(disable, "AsyncDns")
+	} else {
+		enable = append(enable, "AsyncDns")
+	}
+	f := []string{
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--no-default-browser-check", "--disable-background-networking", "--disable-component-update",
+		"--disable-sync", "--disable-default-apps", "--disable-extensions", "--disable-breakpad",
+		"--disable-domain-reliability", "--disable-client-side-phishing-detection", "--no-pings",
+		"--metrics-recording-only", "--safebrowsing-disable-auto-update", "--disable-dev-shm-usage",
+		"--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+		"--disable-backgrounding-occluded-windows", "--disable-hang-monitor", "--disable-popup-blocking",
+		"--password-store=basic", "--use-mock-keychain", "--mute-audio", "--hide-scrollbars",
+		"--enable-features=" + strings.Join(enable, ","),
+		"--disable-features=" + strings.Join(disable, ","),
+	}
+	if opts.IgnoreCertErrors {
+		f = append(f, "--ignore-certificate-errors")
+	}
+	return f
+}
+
+// Session is one browser with a fresh profile. Load pages one at a time;
+// Close ends the browser. A Session is not safe for concurrent Loads.
+type Session struct {
+	opts      Options
+	log       *slog.Logger
+	allocCtx  context.Context
+	allocStop context.CancelFunc
+	browser   context.Context
+	stop      context.CancelFunc
+	version   string
+}
+
+// NewSession starts Chromium with a fresh temporary profile (removed on
+// Close) and waits until DevTools answers. Errors name the binary and carry
+// Chromium's output.
+func NewSession(ctx context.Context, opts Options) (*Session, error) {
+	if opts.ExecPath == "" {
+		opts.ExecPath = "chromium"
+	}
+	if opts.Resolver == "" {
+		opts.Resolver = ResolverBuiltin
+	}
+	if opts.PageTimeout == 0 {
+		opts.PageTimeout = 3 * time.Minute
+	}
+	if opts.Settle == 0 {
+		opts.Settle = 500 * time.Millisecond
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	path, err := exec.LookPath(opts.ExecPath)
+	if err != nil {
+		return nil, fmt.Errorf("browser: %w", err)
+	}
+	aopts := []chromedp.ExecAllocatorOption{chromedp.ExecPath(path)}
+	for _, f := range Flags(opts) {
+		name, val, hasVal := strings.Cut(strings.TrimPrefix(f, "--"), "=")
+		if hasVal {
+			aopts = append(aopts, chromedp.Flag(name, val))
+		} else {
+			aopts = append(aopts, chromedp.Flag(name, true))
+		}
+	}
+	ns := opts.NS
+	aopts = append(aopts, chromedp.ModifyCmdFunc(func(cmd *exec.Cmd) {
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		if ns != "" {
+			ip, _ := exec.LookPath("ip")
+			cmd.Path = ip
+			cmd.Args = append([]string{"ip", "netns", "exec", ns, path}, cmd.Args[1:]...)
+		}
+	}))
+	s := &Session{opts: opts, log: log}
+	s.allocCtx, s.allocStop = chromedp.NewExecAllocator(context.WithoutCancel(ctx), aopts...)
+	s.browser, s.stop = chromedp.NewContext(s.allocCtx)
+	// The first Run starts the browser and binds its life to the context
+	// it gets, so it gets s.browser itself; a watchdog bounds the start.
+	watchdog := time.AfterFunc(time.Minute, s.stop)
+	stopStart := context.AfterFunc(ctx, s.stop)
+	product, err := chromedp.Run(s.browser, chromedp.Evaluate[string](`navigator.userAgent`))
+	watchdog.Stop()
+	stopStart()
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("browser: start %s in %q: %w", path, ns, err)
+	}
+	s.version = product
+	log.Info("browser started", "exec", path, "ns", ns, "resolver", opts.Resolver, "user_agent", product, "flags", strings.Join(Flags(opts), " "))
+	return s, nil
+}
+
+// UserAgent returns the browser's user agent string (it names the version).
+func (s *Session) UserAgent() string { return s.version }
+
+// Close closes the browser gracefully (killing it after a grace period) and
+// removes its profile. Calling it more than once is safe.
+func (s *Session) Close() error {
+	if s.stop == nil {
+		return nil
+	}
+	s.stop()
+	s.allocStop()
+	s.stop = nil
+	return nil
+}
+
+// Page is what one page load measured. Times are from navigationStart
+// (Navigation Timing Level 2: the navigation entry's startTime, 0).
+type Page struct {
+	URL string
+	// Loaded is true when the load event ended within the page timeout.
+	Loaded bool
+	// Err says why the page did not load ("" when it did).
+	Err string
+	// PLT is navigationStart to loadEventEnd; DCL navigationStart to
+	// domContentLoadedEventEnd.
+	PLT, DCL time.Duration
+	// Bytes is the sum over finished requests of Network.loadingFinished's
+	// encodedDataLength: response bytes as received, headers included.
+	Bytes int64
+	// Requests counts Network.requestWillBeSent events of http(s) URLs,
+	// redirects included (each hop is a request).
+	Requests int
+	// Failed counts the requests that did not succeed, each once: those
+	// with a response status of 400 or more, and those ending in
+	// Network.loadingFailed without such a response (connection and DNS
+	// errors, aborts). HTTPErrors counts the first kind alone (Chromium
+	// also aborts a script that got a 404).
+	Failed, HTTPErrors int
+	// Hosts maps each requested hostname to its number of requests.
+	Hosts map[string]int
+	// Wall is the time Load took, settling included.
+	Wall time.Duration
+}
+
+// netLog tracks the network events of one tab.
+type netLog struct {
+	mu        sync.Mutex
+	page      *Page
+	inflight  map[network.RequestID]bool
+	httpError map[network.RequestID]bool // got a status >= 400
+	last      time.Time
+}
+
+func (n *netLog) event(ev any) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch e := ev.(type) {
+	case *network.EventRequestWillBeSent:
+		if e.Request == nil || !(strings.HasPrefix(e.Request.URL, "http:") || strings.HasPrefix(e.Request.URL, "https:")) {
+			return
+		}
+		n.page.Requests++
+		if u, err := url.Parse(e.Request.URL); err == nil {
+			n.page.Hosts[u.Hostname()]++
+		}
+		n.inflight[e.RequestID] = true
+	case *network.EventResponseReceived:
+		if e.Response != nil && e.Response.Status >= 400 && !n.httpError[e.RequestID] {
+			n.httpError[e.RequestID] = true
+			n.page.HTTPErrors++
+			n.page.Failed++
+		}
+	case *network.EventLoadingFinished:
+		n.page.Bytes += int64(e.EncodedDataLength)
+		delete(n.inflight, e.RequestID)
+	case *network.EventLoadingFailed:
+		if n.inflight[e.RequestID] {
+			if !n.httpError[e.RequestID] {
+				n.page.Failed++
+			}
+			delete(n.inflight, e.RequestID)
+		}
+	default:
+		return
+	}
+	n.last = time.Now()
+}
+
+// quietFor reports whether no request is in flight and no event came for d.
+func (n *netLog) quietFor(d time.Duration) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.inflight) == 0 && time.Since(n.last) >= d
+}
+
+// navTiming is the part of the PerformanceNavigationTiming entry Load reads.
+type navTiming struct {
+	LoadEventEnd             float64 `json:"loadEventEnd"`
+	DOMContentLoadedEventEnd float64 `json:"domContentLoadedEventEnd"`
+}
+
+const navTimingJS = `(() => { const e = performance.getEntriesByType('navigation')[0];
+  return e ? {loadEventEnd: e.loadEventEnd, domContentLoadedEventEnd: e.domContentLoadedEventEnd} : {loadEventEnd: 0, domContentLoadedEventEnd: 0}; })()`
+
+// Load opens a new tab, navigates it to rawURL, waits for loadEventEnd and
+// then for the network to settle (Options.Settle), reads Navigation Timing
+// and closes the tab. A page that does not load in time is returned with
+// Loaded false and Err set, and a nil error: only a broken browser is an
+// error. The browser keeps its connections between tabs, as a user's would.
+func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
+	start := time.Now()
+	p := Page{URL: rawURL, Hosts: map[string]int{}}
+	n := &netLog{page: &p, inflight: map[network.RequestID]bool{}, httpError: map[network.RequestID]bool{}, last: start}
+	tab, closeTab := chromedp.NewContext(s.browser)
+	defer closeTab()
+	// Listen opens the tab; chromedp enables the Network domain on it.
+	if err := chromedp.Listen(tab, n.event); err != nil {
+		if s.browser.Err() != nil || ctx.Err() != nil {
+			return p, fmt.Errorf("browser: open tab for %q: %w", rawURL, errors.Join(err, ctx.Err(), context.Cause(s.browser)))
+		}
+		return p, fmt.Errorf("browser: open tab for %q: %w", rawURL, err)
+	}
+	pctx, cancel := context.WithTimeout(tab, s.opts.PageTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+
+	err := chromedp.Do(pctx,
+		chromedp.Navigate(rawURL),
+		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := chromedp.Poll[bool](`(() => { const e = performance.getEntriesByType('navigation')[0]; return !!e && e.loadEventEnd > 0; })()`,
+				chromedp.WithPollingInterval(20*time.Millisecond))(ctx, t)
+			return err
+		}),
+	)
+	var nt navTiming
+	if err == nil {
+		nt, err = chromedp.Run(pctx, chromedp.Evaluate[navTiming](navTimingJS))
+	}
+	if err == nil {
+		p.Loaded = true
+		p.PLT = msDuration(nt.LoadEventEnd)
+		p.DCL = msDuration(nt.DOMContentLoadedEventEnd)
+		if s.opts.Settle > 0 {
+			t := time.NewTicker(50 * time.Millisecond)
+			for !n.quietFor(s.opts.Settle) && pctx.Err() == nil {
+				select {
+				case <-t.C:
+				case <-pctx.Done():
+				}
+			}
+			t.Stop()
+		}
+	} else {
+		if ctx.Err() != nil {
+			return p, fmt.Errorf("browser: load %q: %w", rawURL, ctx.Err())
+		}
+		if s.browser.Err() != nil {
+			return p, fmt.Errorf("browser: load %q: browser lost: %w", rawURL, err)
+		}
+		p.Err = err.Error()
+		if errors.Is(err, context.DeadlineExceeded) {
+			p.Err = fmt.Sprintf("no loadEventEnd within %s", s.opts.PageTimeout)
+		}
+	}
+	n.mu.Lock()
+	out := p
+	out.Hosts = make(map[string]int, len(p.Hosts))
+	for h, c := range p.Hosts {
+		out.Hosts[h] = c
+	}
+	n.mu.Unlock()
+	out.Wall = time.Since(start)
+	s.log.Debug("page", "url", rawURL, "loaded", out.Loaded, "plt", out.PLT, "requests", out.Requests, "bytes", out.Bytes, "failed", out.Failed, "err", out.Err)
+	return out, nil
+}
+
+func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
