@@ -1,0 +1,233 @@
+package dnsproxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"pep/internal/guard"
+)
+
+// tWriter sends log lines to t.Log.
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// freePort returns a port free on 127.0.0.1 for both UDP and TCP at the
+// time of the call.
+func freePort(t testing.TB) int {
+	t.Helper()
+	for range 50 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := pc.LocalAddr().(*net.UDPAddr).Port
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		pc.Close()
+		if err == nil {
+			ln.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// startDnsmasq runs dnsmasq on a free loopback port with the config lines
+// given (plus the ones that keep it local and in the foreground) and
+// returns its address once it answers. It skips the test if dnsmasq is
+// not installed.
+func startDnsmasq(t testing.TB, lines []string) string {
+	t.Helper()
+	bin, err := exec.LookPath("dnsmasq")
+	if err != nil {
+		t.Skip("dnsmasq not installed (apt-get install -y dnsmasq)")
+	}
+	port := freePort(t)
+	conf := []string{
+		fmt.Sprintf("port=%d", port), "listen-address=127.0.0.1", "bind-interfaces",
+		"no-resolv", "no-hosts", "no-daemon", "pid-file=", "local-ttl=10", "log-facility=-",
+	}
+	if os.Geteuid() == 0 {
+		conf = append(conf, "user=root")
+	}
+	conf = append(conf, lines...)
+	path := filepath.Join(t.TempDir(), "dnsmasq.conf")
+	if err := os.WriteFile(path, []byte(strings.Join(conf, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--conf-file="+path)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	// Readiness: dnsmasq answers a query.
+	c := &dns.Client{Timeout: 100 * time.Millisecond}
+	m := new(dns.Msg)
+	m.SetQuestion("ready.invalid.", dns.TypeA)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, _, err := c.Exchange(m, addr); err == nil {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dnsmasq on %s did not answer: %s", addr, out.String())
+		}
+	}
+}
+
+// startProxy starts a Proxy on a free loopback port for UDP and TCP with
+// o (Guard defaults to subscribers 127.0.0.1/32) and returns it and its
+// address.
+func startProxy(t testing.TB, o Options) (*Proxy, string, *prometheus.Registry) {
+	t.Helper()
+	if o.Guard == nil {
+		o.Guard = guard.New(guard.Options{Subscribers: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	}
+	if o.Logger == nil {
+		o.Logger = testLogger(t)
+	}
+	reg := prometheus.NewRegistry()
+	o.Registerer = reg
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc net.PacketConn
+	var ln net.Listener
+	for range 50 {
+		pc, err = net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err = net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			break
+		}
+		pc.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(pc, ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := p.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return p, pc.LocalAddr().String(), reg
+}
+
+// defaultOptions are the Options of pepd's defaults with the given
+// resolver.
+func defaultOptions(resolver string) Options {
+	return Options{
+		VIP: netip.MustParseAddr("192.0.2.12"), VIP6: netip.MustParseAddr("2001:db8::12"),
+		Resolvers: []string{resolver}, RewriteDomains: []string{"foo.com"},
+		VIPTTL: 24 * time.Hour, TTLPolicy: TTLRRset, AAAA: AAAAFilter, HTTPSRecords: HTTPSFilter,
+		Timeout: 2 * time.Second, Attempts: 2, MaxInflight: 64,
+	}
+}
+
+// rawExchange sends wire over UDP (or TCP) to addr and returns the answer
+// bytes. From may be nil (kernel chooses the source).
+func rawExchange(t testing.TB, addr string, wire []byte, tcp bool, from net.IP) []byte {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	network := "udp"
+	if tcp {
+		network = "tcp"
+	}
+	if from != nil {
+		if tcp {
+			d.LocalAddr = &net.TCPAddr{IP: from}
+		} else {
+			d.LocalAddr = &net.UDPAddr{IP: from}
+		}
+	}
+	c, err := d.Dial(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if tcp {
+		b := append([]byte{byte(len(wire) >> 8), byte(len(wire))}, wire...)
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		var l [2]byte
+		if _, err := c.Read(l[:]); err != nil {
+			t.Fatal(err)
+		}
+		ans := make([]byte, int(l[0])<<8|int(l[1]))
+		for n := 0; n < len(ans); {
+			k, err := c.Read(ans[n:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += k
+		}
+		return ans
+	}
+	if _, err := c.Write(wire); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 65535)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:n]
+}
+
+func unpack(t testing.TB, b []byte) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	if err := m.Unpack(b); err != nil {
+		t.Fatalf("answer does not unpack: %v", err)
+	}
+	return m
+}
+
+// rrStrings renders records one a line in presentation form with tabs
+// turned to single spaces.
+func rrStrings(rrs []dns.RR) []string {
+	var out []string
+	for _, rr := range rrs {
+		out = append(out, strings.Join(strings.Fields(rr.String()), " "))
+	}
+	return out
+}

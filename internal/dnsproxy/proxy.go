@@ -1,0 +1,341 @@
+// Package dnsproxy is pepd's DNS rewriting mode (seed paper §3.2, Fig. 3;
+// DESIGN.md "pepd", dns mode): a DNS proxy on UDP and TCP for intercepted
+// subscriber queries that answers through the carrier resolvers and, for
+// names in the rewrite policy, puts the VIP first in A answers, keeping
+// the origin addresses after it so that a phone that cannot reach the VIP
+// falls back to the origin (§5.3.2).
+//
+// Everything the rewriter does not change is passed byte for byte (only
+// the ID differs from the resolver's answer): names outside the policy,
+// NXDOMAIN/NODATA/SERVFAIL, signed answers and DO-bit queries,
+// special-use names (RFC 6761, RFC 8880). See README.md.
+package dnsproxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"pep/internal/guard"
+	"pep/internal/mode"
+)
+
+// Proxy is the DNS proxy. Build it with New, run it with ListenAndServe or
+// Serve, reload the domain file with Reload, stop it with Shutdown.
+type Proxy struct {
+	opts   Options
+	policy atomic.Pointer[Policy]
+	rw     Rewriter
+	up     *Upstream
+	guard  *guard.Policy
+	mode   *mode.Switch
+	log    *slog.Logger
+	m      *metrics
+
+	mu      sync.Mutex
+	servers []*dns.Server
+	closed  bool
+}
+
+// New checks o, reads the rewrite domain file and returns a Proxy. Errors
+// name the bad option or the file and line.
+func New(o Options) (*Proxy, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	pol, err := NewPolicy(o.RewriteDomains, o.RewriteDomainsFile, o.RewriteWWW, o.Exclude)
+	if err != nil {
+		return nil, err
+	}
+	m := newMetrics(o.Registerer)
+	up, err := NewUpstream(UpstreamOptions{Resolvers: o.Resolvers, Timeout: o.Timeout,
+		Attempts: o.Attempts, MaxInflight: o.MaxInflight, Logger: o.Logger}, m)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{opts: o, up: up, guard: o.Guard, mode: o.Mode, log: o.Logger, m: m,
+		rw: Rewriter{VIP: o.VIP, VIP6: o.VIP6, VIPTTL: o.VIPTTL, TTL: o.TTLPolicy, AAAA: o.AAAA, HTTPS: o.HTTPSRecords}}
+	p.policy.Store(pol)
+	return p, nil
+}
+
+// Upstream returns the proxy's carrier-resolver client; the SNI splice
+// resolves names with its LookupA (answers never rewritten).
+func (p *Proxy) Upstream() *Upstream { return p.up }
+
+// Reload reads the rewrite domain file again (on SIGHUP) and swaps the new
+// policy in for the next query. On error the old policy stays and the
+// error names the file and line.
+func (p *Proxy) Reload() error {
+	pol, err := NewPolicy(p.opts.RewriteDomains, p.opts.RewriteDomainsFile, p.opts.RewriteWWW, p.opts.Exclude)
+	if err != nil {
+		return err
+	}
+	p.policy.Store(pol)
+	p.log.Info("rewrite policy reloaded", "file", p.opts.RewriteDomainsFile)
+	return nil
+}
+
+// ListenAndServe binds addr ("host:port") on UDP and TCP and serves until
+// Shutdown, after which it returns nil. A bind error is returned at once.
+func (p *Proxy) ListenAndServe(addr string) error {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return fmt.Errorf("dnsproxy: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		pc.Close()
+		return fmt.Errorf("dnsproxy: %w", err)
+	}
+	return p.Serve(pc, ln)
+}
+
+// Serve answers queries on pc (UDP) and ln (TCP); either may be nil. It
+// blocks until Shutdown (then returns nil) or a socket fails.
+func (p *Proxy) Serve(pc net.PacketConn, ln net.Listener) error {
+	var srvs []*dns.Server
+	if pc != nil {
+		if u, ok := pc.(*net.UDPConn); ok {
+			_ = u.SetReadBuffer(4 << 20) // absorb bursts; the kernel caps it at rmem_max
+		}
+		srvs = append(srvs, &dns.Server{PacketConn: pc, Handler: p})
+	}
+	if ln != nil {
+		srvs = append(srvs, &dns.Server{Listener: ln, Handler: p})
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return errors.New("dnsproxy: serve after shutdown")
+	}
+	p.servers = append(p.servers, srvs...)
+	p.mu.Unlock()
+	errc := make(chan error, len(srvs))
+	for _, s := range srvs {
+		go func() { errc <- s.ActivateAndServe() }()
+	}
+	var first error
+	for range srvs {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed {
+				first = nil
+			}
+		}
+	}
+	if first != nil {
+		return fmt.Errorf("dnsproxy: %w", first)
+	}
+	return nil
+}
+
+// Shutdown stops the listeners and waits, until ctx is done, for queries
+// being answered.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	srvs := p.servers
+	p.mu.Unlock()
+	var errs []error
+	for _, s := range srvs {
+		if err := s.ShutdownContext(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// anyTTL is the TTL of the synthesized RFC 8482 HINFO answer.
+const anyTTL = 8482
+
+// ServeDNS implements dns.Handler: it answers one client query. The query
+// r is never modified; every reply answers r's question.
+func (p *Proxy) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	if len(r.Question) != 1 || r.Response {
+		p.reply(w, r, dns.RcodeFormatError, "other", "formerr")
+		return
+	}
+	q := r.Question[0]
+	tl := typeLabel(q.Qtype)
+	src, _ := netip.ParseAddrPort(w.RemoteAddr().String())
+	if !p.guard.ClientAllowed(src.Addr()) {
+		p.reply(w, r, dns.RcodeRefused, tl, "refused")
+		return
+	}
+	if q.Qtype == dns.TypeANY {
+		p.any(w, r)
+		return
+	}
+	_, overTCP := w.LocalAddr().(*net.TCPAddr)
+
+	// Decide from the query alone whether the answer may be rewritten, so
+	// that pass-through answers are never unpacked.
+	reason, candidate := p.candidate(r)
+	wire, err := r.Pack()
+	if err != nil {
+		p.reply(w, r, dns.RcodeFormatError, tl, "formerr")
+		return
+	}
+	// Each attempt may take a UDP and a TCP exchange.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*p.up.timeout*time.Duration(p.up.attempts))
+	defer cancel()
+	ans, err := p.up.Exchange(ctx, wire, overTCP)
+	if err != nil {
+		p.log.Debug("no upstream answer", "name", q.Name, "type", tl, "err", err)
+		p.m.servfails.WithLabelValues("pepd").Inc()
+		p.reply(w, r, dns.RcodeServerFailure, tl, "servfail")
+		return
+	}
+	if ans[3]&0x0F == dns.RcodeServerFailure {
+		p.m.servfails.WithLabelValues("upstream").Inc()
+	}
+	outcome := "passed"
+	var msg *dns.Msg // ans unpacked, if it was
+	if candidate {
+		resp := new(dns.Msg)
+		if err := resp.Unpack(ans); err != nil {
+			// Framing was checked; a record whose RDATA does not parse is
+			// passed unchanged.
+			p.log.Debug("upstream answer does not unpack, passed unchanged", "name", q.Name, "err", err)
+			reason = "unparsable"
+		} else if out, skip := p.rw.Rewrite(r, resp); out == nil {
+			reason = skip
+			msg = resp
+		} else {
+			out.Id = r.Id
+			if b, err := out.Pack(); err != nil {
+				p.log.Warn("rewritten answer does not pack, passed unchanged", "name", q.Name, "err", err)
+				reason = "unparsable"
+			} else {
+				ans, msg, outcome = b, out, "rewritten"
+				p.m.rewrites.WithLabelValues(tl, reason).Inc()
+			}
+		}
+	}
+	if outcome == "passed" {
+		p.m.passthrough.WithLabelValues(reason).Inc()
+	}
+	binary.BigEndian.PutUint16(ans, r.Id)
+	if !overTCP {
+		if size := udpSize(r); len(ans) > size {
+			ans = p.truncate(r, ans, msg, size)
+		}
+	}
+	p.m.queries.WithLabelValues(tl, outcome).Inc()
+	if _, err := w.Write(ans); err != nil {
+		p.log.Debug("writing answer", "client", w.RemoteAddr().String(), "err", err)
+	}
+}
+
+// candidate reports whether the answer to r may be rewritten, or the
+// pass-through reason if not.
+func (p *Proxy) candidate(r *dns.Msg) (reason string, ok bool) {
+	q := r.Question[0]
+	if p.mode != nil && p.mode.Get() != mode.DNS {
+		return SkipMode, false
+	}
+	if q.Qclass != dns.ClassINET {
+		return SkipType, false
+	}
+	switch q.Qtype {
+	case dns.TypeA, dns.TypeHTTPS:
+	case dns.TypeAAAA:
+		if p.rw.AAAA == AAAAPass {
+			return SkipAAAAPass, false
+		}
+	default:
+		return SkipType, false
+	}
+	if o := r.IsEdns0(); o != nil && o.Do() {
+		return SkipDO, false
+	}
+	return p.policy.Load().Match(q.Name)
+}
+
+// udpSize is the largest UDP answer the client of r takes: its EDNS0
+// payload size, at least 512 (RFC 6891 §6.2.5), else 512 (RFC 1035 §4.2.1).
+func udpSize(r *dns.Msg) int {
+	if o := r.IsEdns0(); o != nil {
+		return max(dns.MinMsgSize, int(o.UDPSize()))
+	}
+	return dns.MinMsgSize
+}
+
+// truncate returns ans cut to size with TC set (RFC 2181 §9, RFC 7766
+// §5): the client asks again over TCP. msg is ans unpacked, or nil.
+func (p *Proxy) truncate(r *dns.Msg, ans []byte, msg *dns.Msg, size int) []byte {
+	p.m.truncations.Inc()
+	if msg == nil {
+		msg = new(dns.Msg)
+		if err := msg.Unpack(ans); err != nil {
+			msg = nil
+		}
+	} else {
+		msg = msg.Copy()
+	}
+	if msg != nil {
+		msg.Id = r.Id
+		msg.Truncate(size)
+		msg.Truncated = true
+		if b, err := msg.Pack(); err == nil && len(b) <= size {
+			return b
+		}
+	}
+	// The answer cannot be cut record by record: send its header and
+	// question only, with TC.
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Rcode = int(ans[3] & 0x0F)
+	m.Truncated = true
+	b, err := m.Pack()
+	if err != nil {
+		return ans[:headerLen]
+	}
+	return b
+}
+
+// reply sends an answer with rcode and no records to r's question.
+func (p *Proxy) reply(w dns.ResponseWriter, r *dns.Msg, rcode int, tl, outcome string) {
+	m := new(dns.Msg)
+	m.SetRcode(r, rcode)
+	if o := r.IsEdns0(); o != nil {
+		m.SetEdns0(dns.DefaultMsgSize, o.Do())
+	}
+	p.m.queries.WithLabelValues(tl, outcome).Inc()
+	if err := w.WriteMsg(m); err != nil {
+		p.log.Debug("writing answer", "client", w.RemoteAddr().String(), "err", err)
+	}
+}
+
+// any answers a query of type ANY with one synthesized HINFO record
+// (RFC 8482 §4.2), without asking upstream.
+func (p *Proxy) any(w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Answer = []dns.RR{&dns.HINFO{
+		Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeHINFO, Class: r.Question[0].Qclass, Ttl: anyTTL},
+		Cpu: "RFC8482", Os: ""}}
+	if o := r.IsEdns0(); o != nil {
+		m.SetEdns0(dns.DefaultMsgSize, o.Do())
+	}
+	p.m.queries.WithLabelValues("ANY", "any").Inc()
+	if err := w.WriteMsg(m); err != nil {
+		p.log.Debug("writing answer", "client", w.RemoteAddr().String(), "err", err)
+	}
+}
