@@ -308,7 +308,7 @@ func TestMalformedUpstream(t *testing.T) {
 			pc.WriteTo(good[:len(good)-3], from) // right ID, last record cut
 			other := slices.Clone(good)
 			binary.BigEndian.PutUint16(other, q.Id+1)
-			pc.WriteTo(other, from)                   // another ID
+			pc.WriteTo(other, from)                  // another ID
 			pc.WriteTo([]byte{buf[0], buf[1]}, from) // two bytes
 			pc.WriteTo(good, from)
 		}

@@ -1,9 +1,9 @@
 package dnsproxy
 
 import (
+	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	"github.com/miekg/dns"
 )
 
 // metrics are the DNS proxy's Prometheus metrics (namespace pep, subsystem
