@@ -71,12 +71,21 @@ func (u *urlRewriter) appendCSS(dst, css []byte, ctx context) ([]byte, bool) {
 			}
 			end := j
 			bad := false
-			for end < len(css) && css[end] != ')' {
+			for end < len(css) && css[end] != ')' && !isCSSSpace(css[end]) {
 				switch css[end] {
 				case '"', '\'', '(', '\\':
 					bad = true
 				}
 				end++
+			}
+			for end < len(css) && isCSSSpace(css[end]) {
+				end++
+			}
+			if end < len(css) && css[end] != ')' {
+				bad = true
+				for end < len(css) && css[end] != ')' {
+					end++
+				}
 			}
 			if end < len(css) && !bad {
 				dst = append(dst, css[last:open]...)

@@ -86,7 +86,7 @@ type doc struct {
 
 func (r *Rewriter) newDoc(u *url.URL) *doc {
 	d := &doc{docURL: u}
-	d.u = urlRewriter{vip: r.vip, vipHost: r.vipHost, base: newBase(u), absOnly: r.absOnly}
+	d.u = urlRewriter{vip: r.vip, vipHost: r.vipHost, base: newBase(u), absOnly: r.absOnly, noURLs: r.noURLs}
 	return d
 }
 
@@ -498,13 +498,14 @@ func hasCharRef(v []byte) bool {
 	return i < len(v) && html.UnescapeString(string(v)) != string(v)
 }
 
+// needsQuotes reports whether a new unquoted attribute value would end early.
 func needsQuotes(v []byte) bool {
 	if len(v) == 0 {
 		return true
 	}
 	for _, c := range v {
 		switch c {
-		case ' ', '\t', '\n', '\r', '\f', '"', '\'', '=', '<', '>', '`':
+		case ' ', '\t', '\n', '\r', '\f', '>':
 			return true
 		}
 	}

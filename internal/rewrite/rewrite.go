@@ -27,6 +27,7 @@ type Rewriter struct {
 	log     *slog.Logger
 	metrics *Metrics
 	absOnly bool // tests: rewrite absolute http: URLs only
+	noURLs  bool // tests: rewrite no URL (identity)
 }
 
 // New returns a Rewriter that puts URLs under vip, an IP address with an

@@ -175,6 +175,7 @@ type urlRewriter struct {
 	vipHost string // VIP host without port, lowercase
 	base    base
 	absOnly bool // rewrite absolute http: URLs only (the fuzz property's mode)
+	noURLs  bool // rewrite no URL at all (the identity test's mode)
 	stats   Stats
 	scratch []byte
 }
@@ -194,9 +195,15 @@ func (u *urlRewriter) appendURL(dst, raw []byte, ctx context) ([]byte, bool) {
 	return dst, false
 }
 
-func isSpace(c byte) bool { return c <= ' ' }
+// isSpace reports the bytes a URL parser strips around a URL (WHATWG URL:
+// C0 controls and space), except NUL, which HTML and CSS turn into U+FFFD
+// before the URL parser sees it.
+func isSpace(c byte) bool { return c <= ' ' && c != 0 }
 
 func (u *urlRewriter) url(dst, raw []byte, ctx context) (int, []byte) {
+	if u.noURLs {
+		return urlNotApplicable, dst
+	}
 	lo, hi := 0, len(raw)
 	for lo < hi && isSpace(raw[lo]) {
 		lo++
