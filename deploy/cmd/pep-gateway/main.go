@@ -1,0 +1,125 @@
+// Command pep-gateway renders the gateway's nftables ruleset and policy
+// routing with an operator's values (package pep/deploy does the work).
+//
+//	pep-gateway render [flags] > /etc/pep/pep-gateway.nft
+//	pep-gateway env    [flags] > /etc/default/pep-gateway   (read by pep-nftables.service)
+//	pep-gateway routes [flags]                              (the ip(8) commands, one a line)
+//	pep-gateway dns-guard -probe 127.0.0.1:5353             (keeps the dns_alive set; pep-dns-guard.service)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"pep/deploy"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	cmd := os.Args[1]
+	if cmd == "dns-guard" {
+		dnsGuard(os.Args[2:])
+		return
+	}
+	g := deploy.Default()
+	fs := flag.NewFlagSet("pep-gateway "+cmd, flag.ExitOnError)
+	ifs := fs.String("sub-if", strings.Join(g.SubscriberIfs, ","), "subscriber-facing interfaces, comma-separated")
+	nets := fs.String("sub-net", "198.18.0.0/24", "subscriber source ranges, comma-separated")
+	vip := fs.String("vip", g.VIP.String(), "pepd's VIP (made a local address on lo)")
+	http := fs.Uint("http-port", uint(g.HTTPPort), "pepd listen.tproxy port")
+	tls := fs.Uint("tls-port", uint(g.TLSPort), "pepd listen.tls port")
+	dns := fs.Uint("dns-port", uint(g.DNSPort), "pepd listen.dns port")
+	mark := fs.Uint("mark", uint(g.Mark), "fwmark bit for the local route table")
+	table := fs.Int("table", g.Table, "routing table for local 0.0.0.0/0")
+	prio := fs.Int("rule-priority", g.RulePriority, "ip rule priority")
+	src := fs.String("ruleset", "", "ruleset template (default: the one built in)")
+	fs.Parse(os.Args[2:])
+
+	g.SubscriberIfs = strings.Split(*ifs, ",")
+	g.SubscriberNets = nil
+	for _, s := range strings.Split(*nets, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			fail(fmt.Errorf("pep-gateway: -sub-net: %q: %w", s, err))
+		}
+		g.SubscriberNets = append(g.SubscriberNets, p)
+	}
+	a, err := netip.ParseAddr(*vip)
+	if err != nil {
+		fail(fmt.Errorf("pep-gateway: -vip: %q: %w", *vip, err))
+	}
+	g.VIP = a
+	for _, p := range []struct {
+		name string
+		v    uint
+	}{{"http-port", *http}, {"tls-port", *tls}, {"dns-port", *dns}} {
+		if p.v > 65535 {
+			fail(fmt.Errorf("pep-gateway: -%s: %d is not a port", p.name, p.v))
+		}
+	}
+	g.HTTPPort, g.TLSPort, g.DNSPort = uint16(*http), uint16(*tls), uint16(*dns)
+	g.Mark, g.Table, g.RulePriority = uint32(*mark), *table, *prio
+	if err := g.Validate(); err != nil {
+		fail(err)
+	}
+
+	switch cmd {
+	case "render":
+		tmpl := deploy.Ruleset
+		if *src != "" {
+			if tmpl, err = os.ReadFile(*src); err != nil {
+				fail(fmt.Errorf("pep-gateway: %w", err))
+			}
+		}
+		out, err := deploy.RenderRuleset(tmpl, g)
+		if err != nil {
+			fail(err)
+		}
+		os.Stdout.Write(out)
+	case "env":
+		fmt.Print(deploy.EnvFile(g))
+	case "routes":
+		for _, c := range deploy.RoutingPlan(g) {
+			fmt.Println(strings.Join(c, " "))
+		}
+	default:
+		usage()
+	}
+}
+
+func dnsGuard(args []string) {
+	fs := flag.NewFlagSet("pep-gateway dns-guard", flag.ExitOnError)
+	g := deploy.DNSGuard{}
+	fs.StringVar(&g.Probe, "probe", "127.0.0.1:5353", "pepd's DNS listener (listen.dns), host:port")
+	fs.DurationVar(&g.Interval, "interval", time.Second, "time between probes")
+	fs.DurationVar(&g.Timeout, "timeout", 500*time.Millisecond, "timeout of one probe")
+	fs.DurationVar(&g.TTL, "ttl", 3*time.Second, "how long DNS stays redirected after the last good probe")
+	fs.StringVar(&g.Table, "table", "ip pep", "nftables family and table holding the dns_alive set")
+	fs.Parse(args)
+	g.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "dns-guard")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := g.Run(ctx); err != nil {
+		fail(err)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: pep-gateway render|env|routes|dns-guard [flags]  (pep-gateway render -h lists the flags)")
+	os.Exit(2)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
+}
