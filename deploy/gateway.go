@@ -10,8 +10,8 @@
 package deploy
 
 import (
-	_ "embed"
 	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
 	"net/netip"
