@@ -1,0 +1,748 @@
+// Package httpproxy is pepd's HTTP path (DESIGN.md "pepd"; issue 2): it
+// takes subscribers' HTTP requests, decides where each one goes, refuses
+// what would make pepd an open proxy, and forwards the rest to Squid as
+// forward-proxy requests (absolute URI), keeping the subscriber's address
+// for Squid with a PROXY protocol header or X-Forwarded-For. In url mode
+// HTML and CSS responses are rewritten by internal/rewrite.
+//
+// Three kinds of request reach it:
+//
+//   - intercepted: steered by nftables REDIRECT or TPROXY, so the original
+//     destination is known (internal/intercept). The Host is resolved
+//     through the carrier resolver; if the original destination is not
+//     among the answers the request is never cached under that name
+//     (Options.HostMismatch: forwarded straight to the original
+//     destination, bypassing Squid, or refused with 403).
+//   - vip_path: to the VIP with Host = the VIP and a VIP-form path
+//     /host[:port]/path?query (url mode's objects): mapped back to
+//     http://host[:port]/path?query; Location and Set-Cookie are mapped to
+//     the VIP form and Cookie filtered per site.
+//   - vip_host: to the VIP with a name in Host (dns mode): routed by Host.
+//
+// Both VIP kinds are served in every mode: browsers keep VIP-form URLs and
+// VIP DNS answers long after a mode switch. The mode decides only whether
+// responses are rewritten (url).
+package httpproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/pires/go-proxyproto"
+
+	"pep/internal/guard"
+	"pep/internal/mode"
+	"pep/internal/rewrite"
+)
+
+// HealthPath answers 200 "ok" to requests from a loopback address, before
+// any other check: pepd's watchdog probes its own listener with it.
+const HealthPath = "/.pep/healthz"
+
+// Options configure a Proxy. Fields marked "reloadable" live in Settings.
+type Options struct {
+	// VIP is the caching proxy's address as subscribers see it. Required.
+	VIP netip.Addr
+	// Squid is Squid's forward-proxy port, host:port. Required.
+	Squid string
+	// SquidProxyProtocol sends a PROXY protocol v1 header with the
+	// subscriber's address first on every connection to Squid (Squid:
+	// http_port ... require-proxy-header). Upstream connections are then
+	// pooled per subscriber address. False: one shared pool and an
+	// X-Forwarded-For header (Squid: follow_x_forwarded_for for pepd only).
+	SquidProxyProtocol bool
+	// UpstreamTimeout bounds the wait for response headers from Squid or a
+	// direct origin. Zero means 60s.
+	UpstreamTimeout time.Duration
+	// MaxIdlePerSubscriber bounds idle upstream connections kept per
+	// subscriber (PROXY protocol) or, without PROXY protocol, to Squid is
+	// 64 times this. Zero means 4.
+	MaxIdlePerSubscriber int
+	// Mode is the run-time mode switch, read once per request. Required.
+	Mode *mode.Switch
+	// Log receives one line per refused or failed request (debug for
+	// routine ones). Nil discards.
+	Log *slog.Logger
+	// Metrics counts requests; nil counts nothing.
+	Metrics *Metrics
+	// Settings are the reloadable settings at start.
+	Settings Settings
+}
+
+// Settings are what SIGHUP can change in a running Proxy (Proxy.Reload).
+type Settings struct {
+	// Policy is the not-an-open-proxy policy. Required.
+	Policy *guard.Policy
+	// Resolver resolves target names through the carrier resolvers.
+	// Required.
+	Resolver *Resolver
+	// Rewriter rewrites responses in url mode and maps VIP-form paths,
+	// Location and cookies. Required (url mode needs it; the VIP-form
+	// mappings are used in every mode).
+	Rewriter *rewrite.Rewriter
+	// HostMismatch is "direct" or "refuse" (config http.host_mismatch).
+	HostMismatch string
+}
+
+// Proxy is the HTTP handler of pepd's HTTP path. Build it with New; serve
+// it with a Server (which supplies each connection's original
+// destination). It is safe for concurrent use.
+type Proxy struct {
+	vip        netip.Addr
+	vipStr     string
+	mode       *mode.Switch
+	log        *slog.Logger
+	m          *Metrics
+	rc         *requestCounters
+	settings   atomic.Pointer[Settings]
+	rp         *httputil.ReverseProxy
+	squid      *http.Transport
+	direct     *http.Transport
+	squidAddr  string
+	pp         bool
+	proxyURLs  sync.Map // netip.Addr -> *url.URL (PROXY protocol: pool key per subscriber)
+	squidURL   *url.URL
+	bufs       sync.Pool
+	upTimeout  time.Duration
+	nilMetrics bool
+}
+
+// New builds a Proxy. Errors name the bad option.
+func New(o Options) (*Proxy, error) {
+	if !o.VIP.IsValid() {
+		return nil, errors.New("httpproxy: no VIP")
+	}
+	if _, _, err := net.SplitHostPort(o.Squid); err != nil {
+		return nil, fmt.Errorf("httpproxy: squid %q is not host:port", o.Squid)
+	}
+	if o.Mode == nil {
+		return nil, errors.New("httpproxy: no mode switch")
+	}
+	if err := o.Settings.validate(); err != nil {
+		return nil, err
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{
+		vip:       o.VIP.Unmap(),
+		vipStr:    o.VIP.Unmap().String(),
+		mode:      o.Mode,
+		log:       o.Log.With("component", "httpproxy"),
+		m:         o.Metrics,
+		squidAddr: o.Squid,
+		pp:        o.SquidProxyProtocol,
+		squidURL:  &url.URL{Scheme: "http", Host: o.Squid},
+		upTimeout: o.UpstreamTimeout,
+	}
+	if p.upTimeout == 0 {
+		p.upTimeout = 60 * time.Second
+	}
+	if p.m == nil {
+		p.m, _ = NewMetrics(nil)
+		p.nilMetrics = true
+	}
+	p.rc = p.m.requestCounters([]string{mode.Off.String(), mode.DNS.String(), mode.URL.String()})
+	p.settings.Store(&o.Settings)
+	idle := o.MaxIdlePerSubscriber
+	if idle == 0 {
+		idle = 4
+	}
+	if !p.pp {
+		idle *= 64
+	}
+	p.squid = &http.Transport{
+		Proxy:                 p.proxyFor,
+		DialContext:           p.dialSquid,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   idle,
+		IdleConnTimeout:       60 * time.Second, // below Squid's client_idle_pconn_timeout (2 min)
+		ResponseHeaderTimeout: p.upTimeout,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // pass the subscriber's Accept-Encoding as it is
+		WriteBufferSize:       16 << 10,
+		ReadBufferSize:        32 << 10,
+	}
+	p.direct = &http.Transport{
+		DialContext:           p.dialDirect,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   2,
+		IdleConnTimeout:       30 * time.Second,
+		ResponseHeaderTimeout: p.upTimeout,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
+	p.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        p.rewriteRequest,
+		Transport:      roundTripper{p},
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.errorHandler,
+		BufferPool:     bufferPool{&p.bufs},
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	return p, nil
+}
+
+func (s *Settings) validate() error {
+	switch {
+	case s.Policy == nil:
+		return errors.New("httpproxy: no guard policy")
+	case s.Resolver == nil:
+		return errors.New("httpproxy: no resolver")
+	case s.Rewriter == nil:
+		return errors.New("httpproxy: no rewriter")
+	case s.HostMismatch != "direct" && s.HostMismatch != "refuse":
+		return fmt.Errorf("httpproxy: host mismatch action %q is not one of direct, refuse", s.HostMismatch)
+	}
+	return nil
+}
+
+// Reload replaces the reloadable settings; requests in flight finish with
+// the old ones.
+func (p *Proxy) Reload(s Settings) error {
+	if err := s.validate(); err != nil {
+		return err
+	}
+	p.settings.Store(&s)
+	return nil
+}
+
+// Close closes idle upstream connections.
+func (p *Proxy) Close() {
+	p.squid.CloseIdleConnections()
+	p.direct.CloseIdleConnections()
+}
+
+// reqInfo is what ServeHTTP decided about one request, for the
+// ReverseProxy hooks.
+type reqInfo struct {
+	kind    kind
+	mode    mode.Mode
+	target  *url.URL       // the origin URL
+	direct  netip.AddrPort // valid: bypass Squid, connect here
+	src     netip.AddrPort // the subscriber
+	st      *Settings
+	started time.Time
+}
+
+type ctxKey struct{}
+
+// connInfo is what a Server knows about a subscriber connection.
+type connInfo interface {
+	originalDst() (netip.AddrPort, bool)
+	setActive()
+}
+
+type connCtxKey struct{}
+
+// ServeHTTP answers one subscriber request: it refuses, answers 400, or
+// forwards it (see the package comment). The reason of every refusal is in
+// the 403 body; details go to the log.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ci, _ := r.Context().Value(connCtxKey{}).(connInfo)
+	if ci != nil {
+		ci.setActive()
+	}
+	md := p.mode.Get()
+	src, _ := netip.ParseAddrPort(r.RemoteAddr)
+	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	st := p.settings.Load()
+	if r.URL.Path == HealthPath && src.Addr().IsLoopback() {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+		return
+	}
+	if !st.Policy.ClientAllowed(src.Addr()) {
+		p.refuse(w, r, md, kindNone, string(guard.ReasonNotSubscriber), "source", src.Addr())
+		return
+	}
+	switch {
+	case r.Method == http.MethodConnect:
+		p.refuse(w, r, md, kindNone, "CONNECT not allowed")
+		return
+	case strings.EqualFold(r.Method, "PURGE"):
+		p.refuse(w, r, md, kindNone, "PURGE not allowed")
+		return
+	case strings.EqualFold(r.URL.Scheme, "cache_object") || hasPrefixFold(r.RequestURI, "cache_object:"):
+		p.refuse(w, r, md, kindNone, "cache_object not allowed")
+		return
+	case r.URL.IsAbs() && !strings.EqualFold(r.URL.Scheme, "http"):
+		p.badRequest(w, r, md, kindNone, "only http: URLs are proxied")
+		return
+	case r.RequestURI == "*":
+		p.badRequest(w, r, md, kindNone, "asterisk-form request-target not supported")
+		return
+	}
+
+	var orig netip.AddrPort
+	var intercepted bool
+	if ci != nil {
+		orig, intercepted = ci.originalDst()
+	}
+	host := r.Host
+	if r.URL.IsAbs() {
+		host = r.URL.Host
+	}
+	ri := &reqInfo{mode: md, src: src, st: st}
+	switch {
+	case intercepted && orig.Addr() != p.vip:
+		ri.kind = kindIntercepted
+		if !p.intercepted(w, r, ri, host, orig) {
+			return
+		}
+	case p.isVIPHost(host, orig):
+		ri.kind = kindVIPPath
+		target := r.RequestURI
+		if r.URL.IsAbs() {
+			target = r.URL.RequestURI()
+		}
+		u, err := rewrite.ParseVIPPath(target)
+		if err != nil {
+			reason := "invalid VIP path"
+			var pe *rewrite.PathError
+			if errors.As(err, &pe) {
+				reason = "invalid VIP path: " + pe.Reason
+			}
+			p.badRequest(w, r, md, ri.kind, reason)
+			return
+		}
+		ri.target = u
+	default:
+		ri.kind = kindVIPHost
+		u, err := hostURL(host, r)
+		if err != nil {
+			p.badRequest(w, r, md, ri.kind, err.Error())
+			return
+		}
+		ri.target = u
+	}
+	if !ri.direct.IsValid() && !p.checkTarget(w, r, ri) {
+		return
+	}
+	ri.started = time.Now()
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri)))
+}
+
+// intercepted fills ri for an intercepted request, verifying the Host
+// against the original destination. It answers and returns false if the
+// request goes no further.
+func (p *Proxy) intercepted(w http.ResponseWriter, r *http.Request, ri *reqInfo, host string, orig netip.AddrPort) bool {
+	if host == "" { // HTTP/1.0 without Host: the original destination is all we know
+		host = orig.String()
+	}
+	u, err := hostURL(host, r)
+	if err != nil {
+		p.badRequest(w, r, ri.mode, ri.kind, err.Error())
+		return false
+	}
+	ri.target = u
+	port := uint16(80)
+	if ps := u.Port(); ps != "" {
+		n, _ := strconv.ParseUint(ps, 10, 16)
+		port = uint16(n)
+	}
+	match := false
+	if port == orig.Port() {
+		addrs, err := ri.st.Resolver.Lookup(r.Context(), u.Hostname())
+		if err != nil && !errors.Is(err, ErrNXDomain) {
+			p.upstreamError(w, r, ri, http.StatusBadGateway, "cannot resolve host", err)
+			return false
+		}
+		for _, a := range addrs {
+			if a == orig.Addr() {
+				match = true
+				break
+			}
+		}
+	}
+	if match {
+		return true
+	}
+	action := ri.st.HostMismatch
+	p.m.hostMismatch.WithLabelValues(action).Inc()
+	p.log.Info("host does not resolve to the original destination", "host", host, "orig", orig, "src", ri.src, "action", action)
+	if action == "refuse" {
+		p.refuse(w, r, ri.mode, ri.kind, "host does not match destination", "host", host, "orig", orig)
+		return false
+	}
+	if err := ri.st.Policy.CheckTarget(orig); err != nil {
+		d, _ := guard.IsDenied(err)
+		p.refuse(w, r, ri.mode, ri.kind, string(d.Reason), "target", orig)
+		return false
+	}
+	ri.direct = orig
+	return true
+}
+
+// checkTarget resolves ri.target's host through the carrier resolver and
+// checks every address with the guard policy (Squid may connect to any of
+// them). It answers and returns false if the request goes no further.
+func (p *Proxy) checkTarget(w http.ResponseWriter, r *http.Request, ri *reqInfo) bool {
+	port := uint16(80)
+	if ps := ri.target.Port(); ps != "" {
+		n, err := strconv.ParseUint(ps, 10, 16)
+		if err != nil {
+			p.badRequest(w, r, ri.mode, ri.kind, fmt.Sprintf("invalid port %q", ps))
+			return false
+		}
+		port = uint16(n)
+	}
+	addrs, err := ri.st.Resolver.Lookup(r.Context(), ri.target.Hostname())
+	if err != nil {
+		p.upstreamError(w, r, ri, http.StatusBadGateway, "cannot resolve host", err)
+		return false
+	}
+	for _, a := range addrs {
+		if err := ri.st.Policy.CheckTarget(netip.AddrPortFrom(a, port)); err != nil {
+			d, _ := guard.IsDenied(err)
+			p.refuse(w, r, ri.mode, ri.kind, string(d.Reason), "host", ri.target.Host, "addr", a)
+			return false
+		}
+	}
+	return true
+}
+
+// isVIPHost reports whether a request's Host names the VIP (or, for a
+// connection made to pepd directly, the address it connected to).
+func (p *Proxy) isVIPHost(host string, local netip.AddrPort) bool {
+	h := host
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		h = hh
+	}
+	h = strings.Trim(h, "[]")
+	if h == "" || h == p.vipStr {
+		return true
+	}
+	a, err := netip.ParseAddr(h)
+	return err == nil && (a.Unmap() == p.vip || local.IsValid() && a.Unmap() == local.Addr())
+}
+
+// hostURL builds http://host/path?query from a Host value and the
+// request's target.
+func hostURL(host string, r *http.Request) (*url.URL, error) {
+	h, port := host, ""
+	if hh, pp, err := net.SplitHostPort(host); err == nil {
+		h, port = hh, pp
+	}
+	h = strings.ToLower(strings.Trim(h, "[]"))
+	if h == "" || !validHostName(h) {
+		return nil, fmt.Errorf("invalid Host %q", host)
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("invalid port in Host %q", host)
+		}
+		if n == 80 {
+			port = ""
+		} else {
+			port = strconv.Itoa(n)
+		}
+	}
+	u := &url.URL{Scheme: "http", Host: h, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery, ForceQuery: r.URL.ForceQuery}
+	if strings.IndexByte(h, ':') >= 0 {
+		u.Host = "[" + h + "]"
+	}
+	if port != "" {
+		u.Host += ":" + port
+	}
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	return u, nil
+}
+
+// validHostName accepts letters, digits, '.', '-', '_' and IP literals.
+func validHostName(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	if len(h) > 253 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// refuse answers 403 with reason and counts it.
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, md mode.Mode, k kind, reason string, logArgs ...any) {
+	p.m.refused.WithLabelValues(reason).Inc()
+	p.rc[md][k][outRefused].Inc()
+	p.log.Info("refused", append([]any{"reason", reason, "src", r.RemoteAddr, "method", r.Method, "target", r.RequestURI, "host", r.Host}, logArgs...)...)
+	httpError(w, http.StatusForbidden, reason)
+}
+
+func (p *Proxy) badRequest(w http.ResponseWriter, r *http.Request, md mode.Mode, k kind, reason string) {
+	p.rc[md][k][outBadRequest].Inc()
+	p.log.Debug("bad request", "reason", reason, "src", r.RemoteAddr, "target", r.RequestURI, "host", r.Host)
+	httpError(w, http.StatusBadRequest, reason)
+}
+
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, ri *reqInfo, code int, reason string, err error) {
+	p.rc[ri.mode][ri.kind][outUpstreamError].Inc()
+	p.log.Warn("upstream error", "reason", reason, "err", err, "src", r.RemoteAddr, "target", r.RequestURI, "host", r.Host)
+	httpError(w, code, reason)
+}
+
+// httpError writes a short text answer and closes the connection after it
+// when the request body was not read.
+func httpError(w http.ResponseWriter, code int, reason string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	io.WriteString(w, strconv.Itoa(code)+" "+http.StatusText(code)+": "+reason+"\n")
+}
+
+// rewriteRequest is the ReverseProxy's Rewrite hook: the outbound request
+// carries the origin URL (sent to Squid in absolute form by the
+// Transport's Proxy), or for a direct request the original destination.
+func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
+	ri := pr.In.Context().Value(ctxKey{}).(*reqInfo)
+	u := *ri.target
+	pr.Out.URL = &u
+	pr.Out.Host = ""
+	if ri.direct.IsValid() {
+		pr.Out.Host = hostHeader(pr.In, ri.target)
+		pr.Out.URL.Host = ri.direct.String()
+	}
+	if !p.pp && !ri.direct.IsValid() {
+		pr.Out.Header["X-Forwarded-For"] = []string{ri.src.Addr().String()}
+	}
+	if ri.kind == kindVIPPath {
+		p.vipRequestHeaders(pr.Out.Header, ri.target, ri.st.Rewriter)
+	}
+}
+
+func hostHeader(r *http.Request, target *url.URL) string {
+	if r.Host != "" {
+		return r.Host
+	}
+	return target.Host
+}
+
+// vipRequestHeaders makes a VIP-path request look as the origin would have
+// seen it without the VIP: only the site's own cookies (renamed back), and
+// a Referer/Origin in VIP form mapped back to the origin URL.
+func (p *Proxy) vipRequestHeaders(h http.Header, origin *url.URL, rw *rewrite.Rewriter) {
+	if cs := h.Values("Cookie"); len(cs) > 0 {
+		if v := rewrite.CookieHeader(strings.Join(cs, "; "), origin); v != "" {
+			h["Cookie"] = []string{v}
+		} else {
+			delete(h, "Cookie")
+		}
+	}
+	prefix := "http://" + rw.VIP() + "/"
+	if ref := h.Get("Referer"); strings.HasPrefix(ref, prefix) {
+		if u, err := rewrite.ParseVIPPath(ref[len(prefix)-1:]); err == nil {
+			h.Set("Referer", u.String())
+		} else {
+			delete(h, "Referer")
+		}
+	}
+}
+
+// modifyResponse maps Location and Set-Cookie for VIP-path responses and
+// rewrites HTML and CSS in url mode.
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	ri := resp.Request.Context().Value(ctxKey{}).(*reqInfo)
+	if ri.direct.IsValid() {
+		p.rc[ri.mode][ri.kind][outDirect].Inc()
+		// A response from an origin that does not own the Host name is
+		// passed as it is: not rewritten, and marked uncacheable for any
+		// cache after pepd.
+		resp.Header.Set("Cache-Control", "no-store")
+		return nil
+	}
+	p.rc[ri.mode][ri.kind][outSquid].Inc()
+	rw := ri.st.Rewriter
+	if ri.kind == kindVIPPath {
+		if loc := resp.Header.Get("Location"); loc != "" {
+			if v, ok := rw.Location(loc, ri.target); ok {
+				resp.Header.Set("Location", v)
+			}
+		}
+		if scs := resp.Header.Values("Set-Cookie"); len(scs) > 0 {
+			out := scs[:0:0]
+			for _, sc := range scs {
+				if v, ok := rewrite.SetCookie(sc, ri.target); ok {
+					out = append(out, v)
+				}
+			}
+			if len(out) > 0 {
+				resp.Header["Set-Cookie"] = out
+			} else {
+				delete(resp.Header, "Set-Cookie")
+			}
+		}
+	}
+	if ri.mode == mode.URL {
+		res := rw.Response(resp, ri.target)
+		if res.Err != nil {
+			p.log.Debug("rewrite: upstream body read failed", "url", ri.target, "err", res.Err)
+		}
+	}
+	return nil
+}
+
+// errorHandler answers a failed upstream round trip: 403 if the guard
+// refused the dial, 504 on timeout, 502 otherwise.
+func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	ri := r.Context().Value(ctxKey{}).(*reqInfo)
+	if d, ok := guard.IsDenied(err); ok {
+		p.refuse(w, r, ri.mode, ri.kind, string(d.Reason), "target", d.Target)
+		return
+	}
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		p.rc[ri.mode][ri.kind][outUpstreamError].Inc()
+		p.log.Debug("client went away", "src", r.RemoteAddr, "url", ri.target)
+		return
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+		p.upstreamError(w, r, ri, http.StatusGatewayTimeout, "upstream timed out", err)
+		return
+	}
+	p.upstreamError(w, r, ri, http.StatusBadGateway, "upstream failed", err)
+}
+
+// proxyFor is the Squid Transport's Proxy function. With PROXY protocol
+// each subscriber gets its own proxy URL, so that the Transport pools
+// upstream connections per subscriber: a connection's PROXY header names
+// one subscriber for its whole life.
+func (p *Proxy) proxyFor(r *http.Request) (*url.URL, error) {
+	if !p.pp {
+		return p.squidURL, nil
+	}
+	ri := r.Context().Value(ctxKey{}).(*reqInfo)
+	a := ri.src.Addr()
+	if u, ok := p.proxyURLs.Load(a); ok {
+		return u.(*url.URL), nil
+	}
+	b := a.AsSlice()
+	var sb strings.Builder
+	sb.WriteString("s")
+	for _, x := range b {
+		sb.WriteByte("0123456789abcdef"[x>>4])
+		sb.WriteByte("0123456789abcdef"[x&15])
+	}
+	sb.WriteString(".squid:1")
+	u := &url.URL{Scheme: "http", Host: sb.String()}
+	p.proxyURLs.Store(a, u)
+	return u, nil
+}
+
+// subscriberFromKey decodes the address proxyFor put into the proxy host.
+func subscriberFromKey(addr string) (netip.Addr, bool) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || !strings.HasPrefix(host, "s") || !strings.HasSuffix(host, ".squid") {
+		return netip.Addr{}, false
+	}
+	h := host[1 : len(host)-len(".squid")]
+	b := make([]byte, len(h)/2)
+	for i := range b {
+		n, err := strconv.ParseUint(h[2*i:2*i+2], 16, 8)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		b[i] = byte(n)
+	}
+	return netip.AddrFromSlice(b)
+}
+
+var dialer = &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+
+// dialSquid connects to Squid and, with PROXY protocol, sends the header
+// naming the subscriber encoded in addr (see proxyFor).
+func (p *Proxy) dialSquid(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := dialer.DialContext(ctx, network, p.squidAddr)
+	if err != nil {
+		return nil, fmt.Errorf("httpproxy: connecting to squid: %w", err)
+	}
+	p.m.upstreamConns.WithLabelValues("squid").Inc()
+	if p.pp {
+		sub, ok := subscriberFromKey(addr)
+		if !ok {
+			c.Close()
+			return nil, fmt.Errorf("httpproxy: bad upstream key %q", addr)
+		}
+		var port uint16
+		if ri, ok := ctx.Value(ctxKey{}).(*reqInfo); ok && ri.src.Addr() == sub {
+			port = ri.src.Port()
+		}
+		srcAddr := net.TCPAddrFromAddrPort(netip.AddrPortFrom(sub, port))
+		dstAddr := net.TCPAddrFromAddrPort(netip.AddrPortFrom(p.vip, 80))
+		if sub.Is6() {
+			dstAddr = &net.TCPAddr{IP: net.IPv6loopback, Port: 80}
+		}
+		h := proxyproto.HeaderProxyFromAddrs(1, srcAddr, dstAddr)
+		if _, err := h.WriteTo(c); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("httpproxy: writing PROXY header to squid: %w", err)
+		}
+	}
+	return &countConn{Conn: c, in: p.m.upstreamIn, out: p.m.upstreamOut}, nil
+}
+
+// dialDirect connects to the original destination of a host-mismatch
+// request; the guard checks the address again before connect(2).
+func (p *Proxy) dialDirect(ctx context.Context, network, addr string) (net.Conn, error) {
+	st := p.settings.Load()
+	d := &net.Dialer{Timeout: 10 * time.Second, Control: func(network, address string, rc syscall.RawConn) error {
+		return st.Policy.Control(network, address, rc)
+	}}
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	p.m.upstreamConns.WithLabelValues("direct").Inc()
+	return &countConn{Conn: c, in: p.m.upstreamIn, out: p.m.upstreamOut}, nil
+}
+
+// roundTripper sends a request through Squid or directly, and times it.
+type roundTripper struct{ p *Proxy }
+
+func (t roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
+	ri := r.Context().Value(ctxKey{}).(*reqInfo)
+	tr, obs := t.p.squid, t.p.m.upSquid
+	if ri.direct.IsValid() {
+		tr, obs = t.p.direct, t.p.m.upDirect
+	}
+	start := time.Now()
+	resp, err := tr.RoundTrip(r)
+	if err == nil {
+		obs.Observe(time.Since(start).Seconds())
+	}
+	return resp, err
+}
+
+type bufferPool struct{ p *sync.Pool }
+
+func (b bufferPool) Get() []byte  { return *b.p.Get().(*[]byte) }
+func (b bufferPool) Put(x []byte) { b.p.Put(&x) }

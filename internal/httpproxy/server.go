@@ -1,0 +1,253 @@
+package httpproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Limits are the subscriber-facing limits of a Server (config section
+// "http").
+type Limits struct {
+	// MaxHeaderBytes bounds a request's header block; more gets 431. Go's
+	// server allows 4096 bytes of slack over it. Zero means 32 KiB.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds the time to read a request's headers
+	// (slowloris); the connection is closed without an answer. Zero means
+	// 10s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection idle this long. Zero
+	// means 120s.
+	IdleTimeout time.Duration
+	// MaxConns bounds concurrent subscriber connections over all of the
+	// Server's listeners; more wait in the kernel's accept queue. Zero
+	// means 10000.
+	MaxConns int
+}
+
+// Server serves a Proxy on one or more listeners (intercept.Listener for
+// REDIRECT/TPROXY with original destinations, or any net.Listener for
+// direct connections), with Limits. Build it with NewServer.
+type Server struct {
+	srv  *http.Server
+	m    *Metrics
+	sem  chan struct{}
+	done chan struct{}
+	once sync.Once
+	log  *slog.Logger
+}
+
+// NewServer returns a Server for p. m may be nil (not counted).
+func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
+	if lim.MaxHeaderBytes == 0 {
+		lim.MaxHeaderBytes = 32 << 10
+	}
+	if lim.ReadHeaderTimeout == 0 {
+		lim.ReadHeaderTimeout = 10 * time.Second
+	}
+	if lim.IdleTimeout == 0 {
+		lim.IdleTimeout = 120 * time.Second
+	}
+	if lim.MaxConns == 0 {
+		lim.MaxConns = 10000
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if m == nil {
+		m = p.m
+	}
+	s := &Server{m: m, sem: make(chan struct{}, lim.MaxConns), done: make(chan struct{}), log: log.With("component", "httpproxy")}
+	s.srv = &http.Server{
+		Handler:                      p,
+		ReadHeaderTimeout:            lim.ReadHeaderTimeout,
+		IdleTimeout:                  lim.IdleTimeout,
+		MaxHeaderBytes:               lim.MaxHeaderBytes,
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if cc, ok := c.(*conn); ok {
+				return context.WithValue(ctx, connCtxKey{}, cc)
+			}
+			return ctx
+		},
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if cc, ok := c.(*conn); ok && st == http.StateIdle {
+				cc.active.Store(false)
+				cc.idle.Store(true)
+			}
+		},
+	}
+	return s
+}
+
+// Serve accepts connections on l until Shutdown; it returns
+// http.ErrServerClosed after Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	return s.srv.Serve(&listener{Listener: l, s: s})
+}
+
+// Shutdown stops accepting, lets requests in flight finish until ctx ends,
+// then closes the connections (http.Server.Shutdown).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.once.Do(func() { close(s.done) })
+	return s.srv.Shutdown(ctx)
+}
+
+// Check sends GET HealthPath to addr (a listener's address; an unspecified
+// host means loopback) and returns nil if the answer is 200 within ctx. It
+// proves that the listener accepts and the handler answers: pepd gates its
+// systemd watchdog pings on it.
+func Check(ctx context.Context, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("httpproxy: health check: %w", err)
+	}
+	if a, err := netip.ParseAddr(host); host == "" || err == nil && a.IsUnspecified() {
+		host = "127.0.0.1"
+		if err == nil && a.Is6() && !a.Is4In6() {
+			host = "::1"
+		}
+	}
+	d := net.Dialer{}
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return fmt.Errorf("httpproxy: health check: %w", err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	if _, err := c.Write([]byte("GET " + HealthPath + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")); err != nil {
+		return fmt.Errorf("httpproxy: health check: %w", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return fmt.Errorf("httpproxy: health check: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("httpproxy: health check: status %q", resp.Status)
+	}
+	return nil
+}
+
+// listener bounds concurrent connections (a semaphore released when a
+// connection closes, as golang.org/x/net/netutil.LimitListener does; that
+// one hides the accepted connection's type, which carries the original
+// destination) and wraps each connection for metrics.
+type listener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	select {
+	case l.s.sem <- struct{}{}:
+	default:
+		l.s.m.limitWaits.Inc()
+		select {
+		case l.s.sem <- struct{}{}:
+		case <-l.s.done:
+			return nil, net.ErrClosed
+		}
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.s.sem
+		return nil, err
+	}
+	l.s.m.conns.Inc()
+	l.s.m.openConns.Inc()
+	cc := &conn{countConn: countConn{Conn: c, in: l.s.m.clientIn, out: l.s.m.clientOut}, s: l.s}
+	if od, ok := c.(interface {
+		OriginalDst() (netip.AddrPort, bool)
+	}); ok {
+		cc.orig, cc.intercepted = od.OriginalDst()
+	} else if ap, err := netip.ParseAddrPort(c.LocalAddr().String()); err == nil {
+		cc.orig = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return cc, nil
+}
+
+// conn is a subscriber connection.
+type conn struct {
+	countConn
+	s           *Server
+	orig        netip.AddrPort
+	intercepted bool
+	active      atomic.Bool // a request of this connection reached the handler and is not finished
+	idle        atomic.Bool // waiting for the next request, no byte of it read yet
+	closed      atomic.Bool
+}
+
+func (c *conn) originalDst() (netip.AddrPort, bool) { return c.orig, c.intercepted }
+func (c *conn) setActive()                          { c.active.Store(true) }
+
+func (c *conn) Read(b []byte) (int, error) {
+	n, err := c.countConn.Read(b)
+	if n > 0 {
+		c.idle.Store(false)
+	}
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		phase := "read_header"
+		if c.idle.Load() {
+			phase = "idle"
+		}
+		c.s.m.timeouts.WithLabelValues(phase).Inc()
+	}
+	return n, err
+}
+
+// Write counts the error answers Go's server writes on its own (400, 431,
+// 501) when no request of the connection is in the handler.
+func (c *conn) Write(b []byte) (int, error) {
+	if !c.active.Load() && len(b) >= 12 && string(b[:9]) == "HTTP/1.1 " {
+		if code, err := strconv.Atoi(string(b[9:12])); err == nil && code >= 400 {
+			c.s.m.badRequests.WithLabelValues(string(b[9:12])).Inc()
+		}
+	}
+	return c.countConn.Write(b)
+}
+
+func (c *conn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.s.m.openConns.Dec()
+		<-c.s.sem
+	}
+	return c.Conn.Close()
+}
+
+// countConn counts bytes each way.
+type countConn struct {
+	net.Conn
+	in, out prometheus.Counter
+}
+
+func (c *countConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.in.Add(float64(n))
+	}
+	return n, err
+}
+
+func (c *countConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if n > 0 {
+		c.out.Add(float64(n))
+	}
+	return n, err
+}

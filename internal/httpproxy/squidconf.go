@@ -1,0 +1,81 @@
+package httpproxy
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"text/template"
+)
+
+// SquidConf are the variables of the configs/squid.conf template (its
+// header lists them). DefaultSquidConf gives the gateway's defaults.
+type SquidConf struct {
+	Listen          string   // Squid's port for pepd, host:port
+	ProxyProtocol   bool     // require-proxy-header (else X-Forwarded-For from Pepd)
+	Pepd            []string // pepd's source addresses, CIDR
+	Subscribers     []string // subscriber ranges, CIDR
+	Resolvers       []string // carrier resolvers, IP addresses (Squid takes no port)
+	HostsFile       string   // a hosts file, or "none"
+	AllowedPorts    []uint16 // destination ports
+	Forbidden       []string // refused destination ranges, CIDR
+	AllowDst        []string // exceptions to Forbidden, CIDR
+	CacheDir        string
+	CacheDirMB      int
+	CacheMemMB      int
+	LogDir          string
+	PidFile         string
+	User            string // cache_effective_user
+	ShutdownSeconds int
+}
+
+// ForbiddenRanges are the destination ranges Squid refuses, the same as
+// internal/guard's special-purpose ranges (pepd also adds the VIP and its
+// own addresses).
+var ForbiddenRanges = []string{
+	"127.0.0.0/8", "::1", "169.254.0.0/16", "fe80::/10", "10.0.0.0/8", "172.16.0.0/12",
+	"192.168.0.0/16", "fc00::/7", "100.64.0.0/10", "0.0.0.0/8", "192.0.0.0/24",
+	"224.0.0.0/4", "240.0.0.0/4", "ff00::/8", "64:ff9b:1::/48",
+}
+
+// DefaultSquidConf returns the gateway defaults for vip.
+func DefaultSquidConf(vip netip.Addr) SquidConf {
+	return SquidConf{
+		Listen: "127.0.0.1:3128", ProxyProtocol: true,
+		Pepd: []string{"127.0.0.1/32"}, Subscribers: []string{"198.18.0.0/24"},
+		Resolvers: []string{"198.18.1.2"}, HostsFile: "none", AllowedPorts: []uint16{80},
+		Forbidden: append(append([]string(nil), ForbiddenRanges...), vip.String()),
+		CacheDir:  "/var/spool/squid", CacheDirMB: 10000, CacheMemMB: 256,
+		LogDir: "/var/log/squid", PidFile: "/run/squid.pid", User: "proxy", ShutdownSeconds: 10,
+	}
+}
+
+// RenderSquidConf executes the template text tmpl (configs/squid.conf)
+// with c and writes the result to w. Errors: a template error, or an empty
+// list where Squid needs at least one value.
+func RenderSquidConf(w io.Writer, tmpl string, c SquidConf) error {
+	for name, l := range map[string]int{"Pepd": len(c.Pepd), "Subscribers": len(c.Subscribers),
+		"Resolvers": len(c.Resolvers), "AllowedPorts": len(c.AllowedPorts), "Forbidden": len(c.Forbidden)} {
+		if l == 0 {
+			return fmt.Errorf("httpproxy: squid.conf: %s is empty", name)
+		}
+	}
+	t, err := template.New("squid.conf").Option("missingkey=error").Funcs(template.FuncMap{
+		"join": strings.Join,
+		"joinInts": func(p []uint16, sep string) string {
+			s := make([]string, len(p))
+			for i, x := range p {
+				s[i] = strconv.Itoa(int(x))
+			}
+			return strings.Join(s, sep)
+		},
+	}).Parse(tmpl)
+	if err != nil {
+		return fmt.Errorf("httpproxy: squid.conf template: %w", err)
+	}
+	if err := t.Execute(w, c); err != nil {
+		return fmt.Errorf("httpproxy: squid.conf template: %w", err)
+	}
+	return nil
+}
