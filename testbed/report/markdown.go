@@ -1,0 +1,201 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Markdown renders the report of r: the configuration, then per profile
+// the tables of the seed paper's Figs. 5, 6 and 7 (§4.2), with medians and
+// min-max over runs, and the plots' file names when plots is not empty.
+func Markdown(r *Results, plots map[string][]string) []byte {
+	var b bytes.Buffer
+	c := r.Config
+	b.WriteString("# pep testbed report\n\n")
+	fmt.Fprintf(&b, "- corpus: `%s`, %d pages: %s\n", c.Corpus, len(c.Pages), strings.Join(c.Pages, ", "))
+	fmt.Fprintf(&b, "- modes: %s; runs: %d; resolver: %s; Squid cache: %s\n", strings.Join(c.Modes, ", "), c.Runs, c.Resolver, c.SquidCache)
+	fmt.Fprintf(&b, "- browser: %s\n", c.Browser)
+	fmt.Fprintf(&b, "- link backend: %s; VIP %s; origins %s; page timeout %s\n", c.Backend, c.VIP, c.Origins, c.PageTimeout)
+	if !c.Started.IsZero() {
+		fmt.Fprintf(&b, "- started %s, finished %s (%s)\n", c.Started.Format("2006-01-02 15:04:05 MST"), c.Finished.Format("15:04:05"), c.Finished.Sub(c.Started).Round(1e9))
+	}
+	if c.Command != "" {
+		fmt.Fprintf(&b, "- command: `%s`\n", c.Command)
+	}
+	for _, p := range c.Profiles {
+		fmt.Fprintf(&b, "- profile %s: %s\n", p.Name, p.Exact)
+	}
+	b.WriteString("\n")
+
+	for _, v := range Views(r) {
+		p := v.Profile
+		fmt.Fprintf(&b, "## Profile %s: RTT %.0f ms, down %s, up %s\n\n", p.Name, p.RTTms, kbitString(p.DownKbit), kbitString(p.UpKbit))
+		if p.Description != "" {
+			fmt.Fprintf(&b, "%s.\n\n", p.Description)
+		}
+		writeFig5(&b, v)
+		writeFig6(&b, v)
+		writeFig7(&b, v)
+		writeFailures(&b, v, r)
+		if names := plots[p.Name]; len(names) > 0 {
+			for _, n := range names {
+				fmt.Fprintf(&b, "![%s](%s)\n", strings.TrimSuffix(n, ".png"), n)
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.Bytes()
+}
+
+func kbitString(k float64) string {
+	if k <= 0 {
+		return "unlimited"
+	}
+	if k >= 1000 {
+		return fmt.Sprintf("%.4g Mbit/s", k/1000)
+	}
+	return fmt.Sprintf("%.4g kbit/s", k)
+}
+
+func writeFig5(b *bytes.Buffer, v View) {
+	fmt.Fprintf(b, "### TCP connections and DNS requests over the radio link (Fig. 5)\n\n")
+	fmt.Fprintf(b, "Per run (one pass over the %d pages; median (min-max) over %d runs). Connections are SYNs from mn; \"to VIP\" and \"to origins\" split them by destination.\n\n", len(v.Pages), len(v.Runs))
+	b.WriteString("| mode | TCP connections | per page | to VIP | to origins | DNS requests | per page | pages loaded |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	base, hasBase := v.Totals["direct"]
+	for _, m := range v.Modes {
+		t := v.Totals[m]
+		conns, dns := t.Conns.Format(0), t.DNS.Format(0)
+		if hasBase && m != "direct" {
+			conns += pct(Change(t.Conns.Median, base.Conns.Median))
+			dns += pct(Change(t.DNS.Median, base.DNS.Median))
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %d/%d |\n", m, conns, t.ConnsPerPage.Format(1),
+			t.VIP.Format(0), t.Origin.Format(0), dns, t.DNSPerPage.Format(1), t.Loaded, t.Pages)
+	}
+	b.WriteString("\n")
+}
+
+func pct(c float64) string {
+	if math.IsNaN(c) {
+		return ""
+	}
+	return fmt.Sprintf(" (%+.0f %%)", c)
+}
+
+func writeFig6(b *bytes.Buffer, v View) {
+	fmt.Fprintf(b, "### Page load time (Fig. 6)\n\n")
+	b.WriteString("PLT = navigationStart to loadEventEnd, seconds, median (min-max) over runs; the change is the median's against direct.\n\n")
+	b.WriteString("| page |")
+	for _, m := range v.Modes {
+		fmt.Fprintf(b, " %s |", m)
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(v.Modes)) + "\n")
+	for _, pg := range v.Pages {
+		fmt.Fprintf(b, "| %s |", pg)
+		base := v.Stats[[2]string{pg, "direct"}]
+		for _, m := range v.Modes {
+			s := v.Stats[[2]string{pg, m}]
+			cell := seconds(s.PLT)
+			if m != "direct" && s.PLT.N > 0 && base.PLT.N > 0 {
+				cell += pct(Change(s.PLT.Median, base.PLT.Median))
+			}
+			if s.Loaded < s.Runs {
+				cell += fmt.Sprintf(" [%d/%d loaded]", s.Loaded, s.Runs)
+			}
+			fmt.Fprintf(b, " %s |", cell)
+		}
+		b.WriteString("\n")
+	}
+	if _, ok := v.Totals["direct"]; ok && len(v.Modes) > 1 {
+		b.WriteString("| **mean change vs direct** |")
+		for _, m := range v.Modes {
+			if c, ok := v.MeanChange(m, "direct"); ok && m != "direct" {
+				fmt.Fprintf(b, " **%+.0f %%** |", c)
+			} else {
+				b.WriteString(" |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+func seconds(s Spread) string {
+	if s.N == 0 {
+		return "-"
+	}
+	return Spread{N: s.N, Median: s.Median / 1000, Min: s.Min / 1000, Max: s.Max / 1000}.Format(2)
+}
+
+func writeFig7(b *bytes.Buffer, v View) {
+	p := v.Profile
+	fmt.Fprintf(b, "### Throughput (Fig. 7)\n\n")
+	fmt.Fprintf(b, "bytes*8/PLT in kbit/s (median over runs); in brackets, as a share of the link's rate (down, %s), then as a share of the throughput of the page's lower bound: bytes*8/rate + %d RTT (DNS, TCP handshake, document, one round of subresources), the best a browser could do.\n\n", kbitString(p.DownKbit), MinRoundTrips)
+	b.WriteString("| page | bytes (direct) | bound |")
+	for _, m := range v.Modes {
+		fmt.Fprintf(b, " %s |", m)
+	}
+	b.WriteString("\n|---|---:|---:|" + strings.Repeat("---:|", len(v.Modes)) + "\n")
+	for _, pg := range v.Pages {
+		ref := v.Stats[[2]string{pg, "direct"}]
+		if ref.Bytes.N == 0 {
+			ref = v.Stats[[2]string{pg, v.Modes[0]}]
+		}
+		bound := Bound(ref.Bytes.Median, p)
+		fmt.Fprintf(b, "| %s | %.0f | %.2f s, %.1f kbit/s |", pg, ref.Bytes.Median, bound/1000, Kbit(ref.Bytes.Median, bound))
+		for _, m := range v.Modes {
+			s := v.Stats[[2]string{pg, m}]
+			if s.Kbit.N == 0 {
+				b.WriteString(" - |")
+				continue
+			}
+			own := Bound(s.Bytes.Median, p)
+			rate := "-"
+			if p.DownKbit > 0 {
+				rate = fmt.Sprintf("%.0f %%", 100*s.Kbit.Median/p.DownKbit)
+			}
+			fmt.Fprintf(b, " %.1f (%s, %.0f %%) |", s.Kbit.Median, rate, 100*own/s.PLT.Median)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}
+
+func writeFailures(b *bytes.Buffer, v View, r *Results) {
+	var lines []string
+	for _, rec := range r.Records {
+		if rec.Profile == v.Profile.Name && !rec.Loaded {
+			lines = append(lines, fmt.Sprintf("- %s, run %d, %s: %s", rec.Mode, rec.Run, rec.Page, rec.Error))
+		}
+	}
+	var requests, failed, e404 int
+	for _, m := range v.Modes {
+		t := v.Totals[m]
+		requests += t.Requests
+		failed += t.Failed
+		e404 += t.Errs404
+	}
+	fmt.Fprintf(b, "Requests: %d, failed: %d, answered 404 by the replay origin: %d.\n\n", requests, failed, e404)
+	if len(lines) > 0 {
+		b.WriteString("Pages that did not load:\n\n" + strings.Join(lines, "\n") + "\n\n")
+	}
+}
+
+// Generate writes dir/report.md and the PNG plots of r into dir and returns
+// the report's text.
+func Generate(r *Results, dir string) ([]byte, error) {
+	plots, err := Plots(r, dir)
+	if err != nil {
+		return nil, err
+	}
+	md := Markdown(r, plots)
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), md, 0o644); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	return md, nil
+}

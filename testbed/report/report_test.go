@@ -1,0 +1,216 @@
+package report
+
+import (
+	"bytes"
+	"flag"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func TestSpread(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []float64
+		want Spread
+		fmt1 string
+	}{
+		{"empty", nil, Spread{}, "-"},
+		{"one", []float64{3}, Spread{N: 1, Median: 3, Min: 3, Max: 3}, "3.0"},
+		{"odd", []float64{5, 1, 3}, Spread{N: 3, Median: 3, Min: 1, Max: 5}, "3.0 (1.0-5.0)"},
+		{"even", []float64{4, 1, 2, 3}, Spread{N: 4, Median: 2.5, Min: 1, Max: 4}, "2.5 (1.0-4.0)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := NewSpread(tc.in)
+			if got != tc.want {
+				t.Errorf("NewSpread(%v) = %+v, want %+v", tc.in, got, tc.want)
+			}
+			if f := got.Format(1); f != tc.fmt1 {
+				t.Errorf("Format(1) = %q, want %q", f, tc.fmt1)
+			}
+		})
+	}
+}
+
+func TestBoundAndChange(t *testing.T) {
+	avg := ProfileInfo{Name: "paper-average", RTTms: 400, DownKbit: 81}
+	// 74000 bytes = 592000 bit at 81 kbit/s = 7308.64 ms, plus 4 x 400 ms.
+	if got := Bound(74000, avg); math.Abs(got-8908.642) > 0.01 {
+		t.Errorf("Bound(74000, paper-average) = %.3f ms, want 8908.642", got)
+	}
+	if got := Bound(74000, ProfileInfo{RTTms: 20}); got != 80 {
+		t.Errorf("Bound without rate = %v ms, want 80 (round trips alone)", got)
+	}
+	if got := Kbit(100000, 10000); got != 80 {
+		t.Errorf("Kbit(100000 B, 10 s) = %v, want 80", got)
+	}
+	if got := Change(7, 10); math.Abs(got+30) > 1e-9 {
+		t.Errorf("Change(7, 10) = %v, want -30", got)
+	}
+	if !math.IsNaN(Change(1, 0)) {
+		t.Error("Change(1, 0) is not NaN")
+	}
+}
+
+// synthetic is two pages, two modes, two runs under one profile, with one
+// page that failed to load in url mode, run 2.
+func synthetic() *Results {
+	rec := func(mode string, run int, page string, seq int, plt float64, syn, dns, vip, origin int, bytes int64) Record {
+		return Record{Mode: mode, Profile: "paper-average", Run: run, Page: page, URL: "http://www." + page + ".com/",
+			Seq: seq, Loaded: true, PLTms: plt, DCLms: plt / 2, SYNCount: syn, DNSQueries: dns, VIPConns: vip,
+			OriginConns: origin, Bytes: bytes, Requests: 10, Resolver: "builtin"}
+	}
+	failed := rec("url", 2, "cnn", 1, 0, 3, 1, 2, 1, 0)
+	failed.Loaded, failed.Error = false, "no loadEventEnd within 3m0s"
+	return &Results{
+		Config: RunConfig{
+			Corpus: "default", Pages: []string{"yahoo", "cnn"}, Modes: []string{"direct", "url"}, Runs: 2,
+			Profiles: []ProfileInfo{{Name: "paper-average", RTTms: 400, DownKbit: 81, UpKbit: 81,
+				Description: "CDMA2000-1xRTT average cell", Exact: "paper-average up{delay=200ms rate=81kbit loss=0% queue=50p} down{delay=200ms rate=81kbit loss=0% queue=50p}"}},
+			Resolver: "builtin", Backend: "userspace", Browser: "HeadlessChrome/156", VIP: "192.0.2.12", Origins: "198.19.0.0/16",
+			SquidCache: "cold: restarted with an empty cache before every run", PageTimeout: "3m0s",
+			Started: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), Finished: time.Date(2026, 11, 21, 12, 10, 0, 0, time.UTC),
+			Command: "bin/testbed run -corpus default",
+		},
+		Records: []Record{
+			rec("direct", 1, "yahoo", 0, 10000, 4, 3, 0, 4, 74000),
+			rec("direct", 1, "cnn", 1, 30000, 8, 6, 0, 8, 197000),
+			rec("direct", 2, "yahoo", 0, 12000, 4, 3, 0, 4, 74000),
+			rec("direct", 2, "cnn", 1, 34000, 10, 6, 0, 10, 197000),
+			rec("url", 1, "yahoo", 0, 7000, 2, 1, 1, 1, 74000),
+			rec("url", 1, "cnn", 1, 20000, 3, 1, 2, 1, 197000),
+			rec("url", 2, "yahoo", 0, 9000, 2, 1, 1, 1, 74000),
+			failed,
+		},
+	}
+}
+
+func TestViews(t *testing.T) {
+	vs := Views(synthetic())
+	if len(vs) != 1 {
+		t.Fatalf("%d views, want 1", len(vs))
+	}
+	v := vs[0]
+	if strings.Join(v.Modes, ",") != "direct,url" || strings.Join(v.Pages, ",") != "yahoo,cnn" || len(v.Runs) != 2 {
+		t.Fatalf("modes %v pages %v runs %v", v.Modes, v.Pages, v.Runs)
+	}
+	for _, tc := range []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"direct conns per run", v.Totals["direct"].Conns, Spread{N: 2, Median: 13, Min: 12, Max: 14}},
+		{"direct conns per page", v.Totals["direct"].ConnsPerPage, Spread{N: 2, Median: 6.5, Min: 6, Max: 7}},
+		{"direct dns per run", v.Totals["direct"].DNS, Spread{N: 2, Median: 9, Min: 9, Max: 9}},
+		{"url conns per run", v.Totals["url"].Conns, Spread{N: 2, Median: 5, Min: 5, Max: 5}},
+		{"url vip per run", v.Totals["url"].VIP, Spread{N: 2, Median: 3, Min: 3, Max: 3}},
+		{"url loaded", v.Totals["url"].Loaded, 3},
+		{"url pages", v.Totals["url"].Pages, 4},
+		{"cnn url plt (failed run left out)", v.Stats[[2]string{"cnn", "url"}].PLT, Spread{N: 1, Median: 20000, Min: 20000, Max: 20000}},
+		{"yahoo direct plt", v.Stats[[2]string{"yahoo", "direct"}].PLT, Spread{N: 2, Median: 11000, Min: 10000, Max: 12000}},
+		{"yahoo direct kbit", v.Stats[[2]string{"yahoo", "direct"}].Kbit.Median, (59.2 + 592.0/12) / 2},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %+v, want %+v", tc.name, tc.got, tc.want)
+		}
+	}
+	// yahoo: 8000 vs 11000 = -27.27 %; cnn: 20000 vs 32000 = -37.5 %.
+	if c, ok := v.MeanChange("url", "direct"); !ok || math.Abs(c-(-27.2727-37.5)/2) > 0.001 {
+		t.Errorf("MeanChange(url, direct) = %v, %v; want -32.39", c, ok)
+	}
+}
+
+func TestMarkdownGolden(t *testing.T) {
+	r := synthetic()
+	md := Markdown(r, map[string][]string{"paper-average": {"paper-average-fig6-plt.png"}})
+	golden := filepath.Join("testdata", "report.md")
+	if *update {
+		os.MkdirAll("testdata", 0o755)
+		if err := os.WriteFile(golden, md, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(md, want) {
+		t.Errorf("report differs from %s (go test -update to accept):\n%s", golden, md)
+	}
+	// The figures the golden file must hold, written out.
+	for _, s := range []string{
+		"| direct | 13 (12-14) | 6.5 (6.0-7.0) | 0 | 13 (12-14) | 9 | 4.5 | 4/4 |",
+		"| url | 5 (-62 %) | 2.5 | 3 | 2 | 2 (-78 %) | 1.0 | 3/4 |",
+		"| yahoo | 11.00 (10.00-12.00) | 8.00 (7.00-9.00) (-27 %) |",
+		"| cnn | 32.00 (30.00-34.00) | 20.00 (-38 %) [1/2 loaded] |",
+		"| **mean change vs direct** | | **-32 %** |",
+		"- url, run 2, cnn: no loadEventEnd within 3m0s",
+	} {
+		if !strings.Contains(string(md), s) {
+			t.Errorf("report lacks %q", s)
+		}
+	}
+}
+
+func TestGenerateWritesPlots(t *testing.T) {
+	dir := t.TempDir()
+	r := synthetic()
+	if err := r.Write(filepath.Join(dir, "results.json")); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Records) != len(r.Records) || back.Records[7].Error != "no loadEventEnd within 3m0s" || back.Schema != SchemaVersion {
+		t.Fatalf("round trip lost data: %+v", back.Records)
+	}
+	md, err := Generate(back, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"paper-average-fig5-conns-dns.png", "paper-average-fig6-plt.png", "paper-average-fig7-throughput.png"} {
+		fh, err := os.Open(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(fh)
+		fh.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if img.Bounds().Dx() < 100 {
+			t.Errorf("%s: %d pixels wide", f, img.Bounds().Dx())
+		}
+		if !strings.Contains(string(md), "]("+f+")") {
+			t.Errorf("report does not link %s", f)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "report.md")); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, body, want string }{
+		{"no mode", `{"schema":1,"records":[{"profile":"p","page":"x"}]}`, "records[0]: mode, profile and page are required"},
+		{"newer schema", `{"schema":99,"records":[]}`, "schema 99 is newer than this program's 1"},
+		{"not json", `{"schema":`, "unexpected end of JSON input"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".json")
+			os.WriteFile(p, []byte(tc.body), 0o644)
+			_, err := Read(p)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), p) {
+				t.Errorf("Read = %v, want an error naming %s and %q", err, p, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,170 @@
+// Package report holds the testbed's results (results.json, one record per
+// mode, profile, run and page) and turns them into the seed paper's figures
+// (§4.2): connections and DNS requests per mode (Fig. 5), page load time per
+// page and mode against direct (Fig. 6) and throughput against the link
+// (Fig. 7), as a Markdown report with medians and min-max over runs, and as
+// PNG plots. The schema is documented in ../README.md.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+)
+
+// SchemaVersion is the version of the results.json layout; it changes when
+// a field changes meaning.
+const SchemaVersion = 1
+
+// Modes in the order the paper's figures show them, direct (the paper's
+// NULL) first. Other names sort after these, alphabetically.
+var Modes = []string{"direct", "off", "dns", "url"}
+
+// Record is one page load: the figures of one page, in one mode, under one
+// profile, in one run. JSON names are the schema of results.json.
+type Record struct {
+	Mode    string `json:"mode"`    // direct, off, dns or url
+	Profile string `json:"profile"` // link profile name (netem)
+	Run     int    `json:"run"`     // 1-based; each run of a mode is a fresh browser and a cold Squid
+	Page    string `json:"page"`    // corpus page name
+	URL     string `json:"url"`     // top-level URL loaded
+	Seq     int    `json:"seq"`     // position of the page in its session, 0-based
+
+	Loaded bool   `json:"loaded"`          // load event ended in time
+	Error  string `json:"error,omitempty"` // why not, when not loaded
+
+	PLTms float64 `json:"plt_ms"` // navigationStart to loadEventEnd, ms
+	DCLms float64 `json:"dcl_ms"` // navigationStart to domContentLoadedEventEnd, ms
+
+	Bytes      int64 `json:"bytes"`       // response bytes the browser received (encodedDataLength, headers included)
+	Requests   int   `json:"requests"`    // http(s) requests the page made, redirects included
+	Failed     int   `json:"failed"`      // requests that failed (no response, or status >= 400)
+	HTTPErrors int   `json:"http_errors"` // of which status >= 400 (the origin's 404s)
+	DocHosts   int   `json:"doc_hosts"`   // distinct hostnames of document requests (top-level page and frames)
+	Hosts      int   `json:"hosts"`       // distinct hostnames the page requested
+
+	// From the radio link's counters, between the start of this page's
+	// load and the end of its settling: what crossed the radio link.
+	SYNCount    int            `json:"syn_count"`    // TCP SYNs from mn (connection attempts, retransmissions included)
+	DNSQueries  int            `json:"dns_queries"`  // DNS queries from mn (UDP and TCP port 53)
+	VIPConns    int            `json:"vip_conns"`    // SYNs to the VIP
+	OriginConns int            `json:"origin_conns"` // SYNs to origin addresses (the corpus's address block)
+	OtherConns  int            `json:"other_conns"`  // SYNs to anything else
+	ConnsByDst  map[string]int `json:"conns_by_dst,omitempty"`
+	LinkUpBytes int64          `json:"link_up_bytes"`   // IP bytes mn -> gw
+	LinkDnBytes int64          `json:"link_down_bytes"` // IP bytes gw -> mn
+	LinkDrops   int            `json:"link_drops"`      // packets dropped by the link (loss and queue), both ways
+
+	Origin404 int `json:"origin_404"` // requests the replay origin answered 404 during this page
+
+	Resolver string  `json:"resolver"` // Chromium's resolver: builtin or system
+	Warm     bool    `json:"warm"`     // Squid's cache was kept from the previous run
+	WallMs   float64 `json:"wall_ms"`  // time the load took in the runner, settling included
+}
+
+// ProfileInfo is what the report needs of a link profile.
+type ProfileInfo struct {
+	Name        string  `json:"name"`
+	RTTms       float64 `json:"rtt_ms"`        // propagation round trip, ms
+	DownKbit    float64 `json:"down_kbit"`     // gw -> mn rate, kbit/s (0: unlimited)
+	UpKbit      float64 `json:"up_kbit"`       // mn -> gw rate, kbit/s (0: unlimited)
+	Description string  `json:"description"`   // one line from the profile file
+	Exact       string  `json:"configuration"` // the profile's exact configuration, one line
+}
+
+// RunConfig is the configuration of a testbed run, logged first and kept in
+// results.json.
+type RunConfig struct {
+	Corpus      string        `json:"corpus"`
+	Pages       []string      `json:"pages"`
+	Profiles    []ProfileInfo `json:"profiles"`
+	Modes       []string      `json:"modes"`
+	Runs        int           `json:"runs"`
+	Resolver    string        `json:"resolver"`
+	Warm        bool          `json:"warm"`
+	Backend     string        `json:"link_backend"`
+	Browser     string        `json:"browser"` // user agent
+	VIP         string        `json:"vip"`
+	Origins     string        `json:"origins"` // origin address block
+	Started     time.Time     `json:"started"`
+	Finished    time.Time     `json:"finished"`
+	Command     string        `json:"command"`
+	SquidCache  string        `json:"squid_cache"` // what "cold" means: how the cache was emptied
+	PageTimeout string        `json:"page_timeout"`
+}
+
+// Results is the content of results.json.
+type Results struct {
+	Schema  int       `json:"schema"`
+	Config  RunConfig `json:"config"`
+	Records []Record  `json:"records"`
+}
+
+// Profile returns the ProfileInfo named name.
+func (r *Results) Profile(name string) (ProfileInfo, bool) {
+	for _, p := range r.Config.Profiles {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return ProfileInfo{}, false
+}
+
+// Write writes r to path as indented JSON.
+func (r *Results) Write(path string) error {
+	r.Schema = SchemaVersion
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}
+
+// Read reads a results.json. Unknown fields are ignored; a schema newer
+// than SchemaVersion or a record without mode, profile or page is an error
+// naming the file and the record.
+func Read(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("report: %s: %w", path, err)
+	}
+	if r.Schema > SchemaVersion {
+		return nil, fmt.Errorf("report: %s: schema %d is newer than this program's %d", path, r.Schema, SchemaVersion)
+	}
+	for i, rec := range r.Records {
+		if rec.Mode == "" || rec.Profile == "" || rec.Page == "" {
+			return nil, fmt.Errorf("report: %s: records[%d]: mode, profile and page are required", path, i)
+		}
+	}
+	return &r, nil
+}
+
+// modeOrder sorts mode names as Modes does, unknown names last.
+func modeOrder(modes []string) []string {
+	rank := func(m string) int {
+		for i, k := range Modes {
+			if k == m {
+				return i
+			}
+		}
+		return len(Modes)
+	}
+	out := append([]string(nil), modes...)
+	sort.SliceStable(out, func(i, j int) bool {
+		ri, rj := rank(out[i]), rank(out[j])
+		if ri != rj {
+			return ri < rj
+		}
+		return out[i] < out[j]
+	})
+	return out
+}

@@ -1,0 +1,244 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// MinRoundTrips is the number of round trips the link's lower bound on a
+// page load adds to the transfer time: one DNS lookup of the page's host,
+// the TCP handshake, the request for the document, and one round of
+// subresource requests that the document triggers (all later requests can
+// overlap with the transfer). See Bound.
+const MinRoundTrips = 4
+
+// Spread is the median, minimum and maximum of a set of values; N is how
+// many there were (0: no value, the rest meaningless).
+type Spread struct {
+	N                int
+	Median, Min, Max float64
+}
+
+// NewSpread summarises vs (the median of an even count is the mean of the
+// two middle values).
+func NewSpread(vs []float64) Spread {
+	if len(vs) == 0 {
+		return Spread{}
+	}
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Spread{N: len(s), Median: m, Min: s[0], Max: s[len(s)-1]}
+}
+
+// Format prints "median (min-max)" with the given number of decimals, just
+// the median when min equals max, and "-" with no values.
+func (s Spread) Format(decimals int) string {
+	if s.N == 0 {
+		return "-"
+	}
+	f := func(v float64) string { return fmt.Sprintf("%.*f", decimals, v) }
+	if f(s.Min) == f(s.Max) {
+		return f(s.Median)
+	}
+	return fmt.Sprintf("%s (%s-%s)", f(s.Median), f(s.Min), f(s.Max))
+}
+
+// Change returns the relative change of v against base in percent, NaN when
+// base is 0.
+func Change(v, base float64) float64 {
+	if base == 0 {
+		return math.NaN()
+	}
+	return (v - base) / base * 100
+}
+
+// Bound is the link's lower bound on loading bytes: bytes*8/rate plus
+// MinRoundTrips round trips, in ms; with no rate, the round trips alone.
+func Bound(bytes float64, p ProfileInfo) float64 {
+	t := MinRoundTrips * p.RTTms
+	if p.DownKbit > 0 {
+		t += bytes * 8 / p.DownKbit // bits / (kbit/s) = ms
+	}
+	return t
+}
+
+// Kbit returns the throughput of bytes in ms, in kbit/s.
+func Kbit(bytes, ms float64) float64 {
+	if ms <= 0 {
+		return 0
+	}
+	return bytes * 8 / ms
+}
+
+// ModeTotals is what one mode did over whole runs (Fig. 5): per-run totals
+// over the pages, summarised over runs.
+type ModeTotals struct {
+	Mode                      string
+	Conns, DNS, VIP, Origin   Spread // per run, summed over pages
+	ConnsPerPage, DNSPerPage  Spread // per run, divided by the pages of the run
+	Loaded, Pages             int    // pages loaded and page loads in all runs
+	Requests, Failed, Errs404 int    // summed over all runs
+}
+
+// PageStats is one page in one mode over the runs (Figs. 6 and 7).
+type PageStats struct {
+	Page, Mode string
+	PLT, DCL   Spread // ms, loaded runs only
+	Bytes      Spread // bytes, loaded runs only
+	Kbit       Spread // bytes*8/PLT, kbit/s
+	Conns, DNS Spread // per load
+	Loaded     int
+	Runs       int
+}
+
+// View is the results of one profile, grouped for the report.
+type View struct {
+	Profile ProfileInfo
+	Modes   []string // in Modes order
+	Pages   []string // in session order
+	Runs    []int
+	Totals  map[string]ModeTotals
+	Stats   map[[2]string]PageStats // key: page, mode
+}
+
+// Views groups r's records by profile (in the configuration's order, then
+// by first appearance).
+func Views(r *Results) []View {
+	var names []string
+	seen := map[string]bool{}
+	for _, p := range r.Config.Profiles {
+		if !seen[p.Name] {
+			seen[p.Name] = true
+			names = append(names, p.Name)
+		}
+	}
+	for _, rec := range r.Records {
+		if !seen[rec.Profile] {
+			seen[rec.Profile] = true
+			names = append(names, rec.Profile)
+		}
+	}
+	var out []View
+	for _, n := range names {
+		var recs []Record
+		for _, rec := range r.Records {
+			if rec.Profile == n {
+				recs = append(recs, rec)
+			}
+		}
+		if len(recs) == 0 {
+			continue
+		}
+		p, ok := r.Profile(n)
+		if !ok {
+			p = ProfileInfo{Name: n}
+		}
+		out = append(out, newView(p, recs))
+	}
+	return out
+}
+
+func newView(p ProfileInfo, recs []Record) View {
+	v := View{Profile: p, Totals: map[string]ModeTotals{}, Stats: map[[2]string]PageStats{}}
+	modeSet, runSet := map[string]bool{}, map[int]bool{}
+	pageSeq := map[string]int{}
+	for _, r := range recs {
+		if !modeSet[r.Mode] {
+			modeSet[r.Mode] = true
+			v.Modes = append(v.Modes, r.Mode)
+		}
+		if !runSet[r.Run] {
+			runSet[r.Run] = true
+			v.Runs = append(v.Runs, r.Run)
+		}
+		if s, ok := pageSeq[r.Page]; !ok || r.Seq < s {
+			if !ok {
+				v.Pages = append(v.Pages, r.Page)
+			}
+			pageSeq[r.Page] = r.Seq
+		}
+	}
+	v.Modes = modeOrder(v.Modes)
+	sort.Ints(v.Runs)
+	sort.SliceStable(v.Pages, func(i, j int) bool { return pageSeq[v.Pages[i]] < pageSeq[v.Pages[j]] })
+
+	for _, m := range v.Modes {
+		t := ModeTotals{Mode: m}
+		var conns, dns, vip, origin, cpp, dpp []float64
+		for _, run := range v.Runs {
+			var c, d, vi, o, n float64
+			for _, r := range recs {
+				if r.Mode != m || r.Run != run {
+					continue
+				}
+				c += float64(r.SYNCount)
+				d += float64(r.DNSQueries)
+				vi += float64(r.VIPConns)
+				o += float64(r.OriginConns)
+				n++
+				t.Pages++
+				if r.Loaded {
+					t.Loaded++
+				}
+				t.Requests += r.Requests
+				t.Failed += r.Failed
+				t.Errs404 += r.Origin404
+			}
+			if n == 0 {
+				continue
+			}
+			conns, dns, vip, origin = append(conns, c), append(dns, d), append(vip, vi), append(origin, o)
+			cpp, dpp = append(cpp, c/n), append(dpp, d/n)
+		}
+		t.Conns, t.DNS, t.VIP, t.Origin = NewSpread(conns), NewSpread(dns), NewSpread(vip), NewSpread(origin)
+		t.ConnsPerPage, t.DNSPerPage = NewSpread(cpp), NewSpread(dpp)
+		v.Totals[m] = t
+
+		for _, pg := range v.Pages {
+			s := PageStats{Page: pg, Mode: m}
+			var plt, dcl, bytes, kbit, cs, ds []float64
+			for _, r := range recs {
+				if r.Mode != m || r.Page != pg {
+					continue
+				}
+				s.Runs++
+				cs, ds = append(cs, float64(r.SYNCount)), append(ds, float64(r.DNSQueries))
+				if !r.Loaded {
+					continue
+				}
+				s.Loaded++
+				plt, dcl = append(plt, r.PLTms), append(dcl, r.DCLms)
+				bytes = append(bytes, float64(r.Bytes))
+				kbit = append(kbit, Kbit(float64(r.Bytes), r.PLTms))
+			}
+			s.PLT, s.DCL, s.Bytes, s.Kbit = NewSpread(plt), NewSpread(dcl), NewSpread(bytes), NewSpread(kbit)
+			s.Conns, s.DNS = NewSpread(cs), NewSpread(ds)
+			v.Stats[[2]string{pg, m}] = s
+		}
+	}
+	return v
+}
+
+// MeanChange is the mean over pages of the PLT change of mode against base
+// (percent), over the pages both loaded; ok is false when there is none.
+func (v View) MeanChange(mode, base string) (float64, bool) {
+	var sum float64
+	var n int
+	for _, pg := range v.Pages {
+		a, b := v.Stats[[2]string{pg, mode}], v.Stats[[2]string{pg, base}]
+		if a.PLT.N == 0 || b.PLT.N == 0 || b.PLT.Median == 0 {
+			continue
+		}
+		sum += Change(a.PLT.Median, b.PLT.Median)
+		n++
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return sum / float64(n), true
+}
