@@ -1,0 +1,61 @@
+# pep: carrier-side performance enhancing proxy. `make help` lists the targets.
+#
+# The two commands a new user runs (README.md):
+#   make testbed   the experiment (embedded default pages, or CORPUS=...)
+#   make test      every test, installing the Debian packages it needs
+
+SHELL      := /bin/bash
+GO         ?= go
+BIN        := bin
+GOFLAGS    ?=
+export GOFLAGS
+
+# Debian packages the tests and the testbed need; installed when missing.
+DEB_PKGS := squid dnsmasq dnsutils chromium nftables iproute2 iptables ethtool \
+            dnsperf wrk procps ca-certificates
+
+.PHONY: help build test test-unit deps vet fmt clean bench
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | \
+	  awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+build: ## build bin/pepd, bin/pepctl and the testbed tools
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# deps: policy-rc.d exit 101 keeps the packages from starting their own squid
+# and dnsmasq during install; the tests and the testbed run their own.
+deps: ## install the Debian packages the tests and the testbed need (root)
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "deps: installing$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "deps: not root, cannot install$$missing" >&2; exit 1; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  rcd=""; if [ ! -e /usr/sbin/policy-rc.d ]; then printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; rcd=1; fi; \
+	  { apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $$missing >/tmp/pep-apt.log 2>&1 || \
+	    { apt-get -o DPkg::Lock::Timeout=600 update -q >>/tmp/pep-apt.log 2>&1 && apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $$missing >>/tmp/pep-apt.log 2>&1; }; }; rc=$$?; \
+	  [ -n "$$rcd" ] && rm -f /usr/sbin/policy-rc.d; \
+	  if [ $$rc != 0 ]; then tail -20 /tmp/pep-apt.log >&2; exit 1; fi; \
+	fi
+
+vet: ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+test-unit: ## go test ./... (root runs the namespace, Squid, dnsmasq and Chromium tests too)
+	$(GO) test -count=1 -timeout 30m ./...
+
+test: deps vet build test-unit ## every test: unit, integration (real Squid, dnsmasq, Chromium, namespaces)
+
+bench: ## Go benchmarks (rewriter, DNS, emulator, HTTP path)
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./...
+
+clean: ## remove build output
+	rm -rf $(BIN)
+
+-include netem/netem.mk
+-include testbed/testbed.mk
+-include deploy/deploy.mk
