@@ -1,15 +1,10 @@
 package dnsproxy
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"pep/internal/dnsproxy/dnsmasqtest"
 	"pep/internal/guard"
 )
 
@@ -32,75 +28,7 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// freePort returns a port free on 127.0.0.1 for both UDP and TCP at the
-// time of the call.
-func freePort(t testing.TB) int {
-	t.Helper()
-	for range 50 {
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := pc.LocalAddr().(*net.UDPAddr).Port
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		pc.Close()
-		if err == nil {
-			ln.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
-// startDnsmasq runs dnsmasq on a free loopback port with the config lines
-// given (plus the ones that keep it local and in the foreground) and
-// returns its address once it answers. It skips the test if dnsmasq is
-// not installed.
-func startDnsmasq(t testing.TB, lines []string) string {
-	t.Helper()
-	bin, err := exec.LookPath("dnsmasq")
-	if err != nil {
-		t.Skip("dnsmasq not installed (apt-get install -y dnsmasq)")
-	}
-	port := freePort(t)
-	conf := []string{
-		fmt.Sprintf("port=%d", port), "listen-address=127.0.0.1", "bind-interfaces",
-		"no-resolv", "no-hosts", "no-daemon", "pid-file=", "local-ttl=10", "log-facility=-",
-	}
-	if os.Geteuid() == 0 {
-		conf = append(conf, "user=root")
-	}
-	conf = append(conf, lines...)
-	path := filepath.Join(t.TempDir(), "dnsmasq.conf")
-	if err := os.WriteFile(path, []byte(strings.Join(conf, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--conf-file="+path)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	// Readiness: dnsmasq answers a query.
-	c := &dns.Client{Timeout: 100 * time.Millisecond}
-	m := new(dns.Msg)
-	m.SetQuestion("ready.invalid.", dns.TypeA)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, _, err := c.Exchange(m, addr); err == nil {
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dnsmasq on %s did not answer: %s", addr, out.String())
-		}
-	}
-}
+func startDnsmasq(t testing.TB, lines []string) string { return dnsmasqtest.Start(t, lines) }
 
 // startProxy starts a Proxy on a free loopback port for UDP and TCP with
 // o (Guard defaults to subscribers 127.0.0.1/32) and returns it and its

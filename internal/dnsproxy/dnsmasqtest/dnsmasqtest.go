@@ -1,0 +1,89 @@
+// Package dnsmasqtest runs a real dnsmasq on loopback for tests: the
+// carrier resolver of DESIGN.md, in the tests of the DNS proxy and the SNI
+// splice.
+package dnsmasqtest
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// FreePort returns a port that was free on 127.0.0.1 for both UDP and TCP
+// at the time of the call.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	for range 50 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := pc.LocalAddr().(*net.UDPAddr).Port
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		pc.Close()
+		if err == nil {
+			ln.Close()
+			return port
+		}
+	}
+	t.Fatal("dnsmasqtest: no free port")
+	return 0
+}
+
+// Start runs dnsmasq on a free port of listen (an IPv4 address, "" for
+// 127.0.0.1) with the config lines given, plus the ones that keep it
+// local (no upstream, no /etc/hosts) and in the foreground, and returns
+// its "host:port" once it answers a query. dnsmasq is killed when the test
+// ends. The test is skipped if dnsmasq is not installed.
+func Start(t testing.TB, lines []string) string {
+	t.Helper()
+	bin, err := exec.LookPath("dnsmasq")
+	if err != nil {
+		t.Skip("dnsmasq not installed (apt-get install -y dnsmasq)")
+	}
+	port := FreePort(t)
+	conf := []string{
+		fmt.Sprintf("port=%d", port), "listen-address=127.0.0.1", "bind-interfaces",
+		"no-resolv", "no-hosts", "no-daemon", "pid-file=", "local-ttl=10", "log-facility=-",
+	}
+	if os.Geteuid() == 0 {
+		conf = append(conf, "user=root")
+	}
+	conf = append(conf, lines...)
+	path := filepath.Join(t.TempDir(), "dnsmasq.conf")
+	if err := os.WriteFile(path, []byte(strings.Join(conf, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--conf-file="+path)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	// Readiness: dnsmasq answers a query.
+	c := &dns.Client{Timeout: 100 * time.Millisecond}
+	m := new(dns.Msg)
+	m.SetQuestion("ready.invalid.", dns.TypeA)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, _, err := c.Exchange(m, addr); err == nil {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dnsmasqtest: dnsmasq on %s did not answer: %s", addr, out.String())
+		}
+	}
+}

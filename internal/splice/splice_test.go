@@ -1,0 +1,170 @@
+package splice
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"pep/internal/dnsproxy"
+	"pep/internal/dnsproxy/dnsmasqtest"
+	"pep/internal/guard"
+)
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// setup starts dnsmasq (www.foo.com -> 127.0.0.1), a TLS origin on
+// 127.0.0.1 and a Splicer in front of it serving subscribers 127.0.0.1/32.
+// allowLoopback exempts 127.0.0.0/8 from the guard's checks.
+func setup(t *testing.T, allowLoopback bool) (spliceAddr string, origin *httptest.Server, s *Splicer) {
+	up := dnsmasqtest.Start(t, []string{"host-record=www.foo.com,127.0.0.1", "local=/foo.com/"})
+	origin = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "origin says hello to "+r.Host)
+	}))
+	t.Cleanup(origin.Close)
+	port, _ := strconv.Atoi(origin.URL[strings.LastIndexByte(origin.URL, ':')+1:])
+	res, err := dnsproxy.NewUpstream(dnsproxy.UpstreamOptions{Resolvers: []string{up}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gopts := guard.Options{Subscribers: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	if allowLoopback {
+		gopts.Allow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	}
+	s, err = New(Options{Resolver: res, Guard: guard.New(gopts), Port: uint16(port),
+		HelloTimeout: 2 * time.Second, Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return ln.Addr().String(), origin, s
+}
+
+// TestSpliceHTTPS fetches a page over TLS through the splice and checks
+// that the certificate is the origin's own (never decrypted).
+func TestSpliceHTTPS(t *testing.T) {
+	addr, origin, s := setup(t, true)
+	pool := x509.NewCertPool()
+	pool.AddCert(origin.Certificate())
+	c := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr) // "VIP:443"
+		},
+		// httptest's certificate names example.com; the SNI stays www.foo.com.
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "www.foo.com", InsecureSkipVerify: true,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				if !cs.PeerCertificates[0].Equal(origin.Certificate()) {
+					return errors.New("not the origin's certificate")
+				}
+				return nil
+			}},
+	}}
+	for i := range 3 {
+		resp, err := c.Get("https://www.foo.com/")
+		if err != nil {
+			t.Fatalf("GET %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got, want := string(body), "origin says hello to www.foo.com"; got != want {
+			t.Errorf("body %q, want %q", got, want)
+		}
+		c.CloseIdleConnections()
+	}
+	if got := testutil.ToFloat64(s.m.splices); got != 3 {
+		t.Errorf("pep_splice_splices_total = %v, want 3", got)
+	}
+}
+
+// isReset reports whether err is a connection reset by the peer.
+func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+
+// TestSpliceResets checks every reset case: the client sees a RST and the
+// reason is counted.
+func TestSpliceResets(t *testing.T) {
+	addr, _, s := setup(t, false) // loopback origins refused by the guard
+	cases := []struct {
+		name   string
+		from   string
+		send   func(c net.Conn) error
+		reason string
+	}{
+		{"no SNI", "127.0.0.1", func(c net.Conn) error {
+			return tls.Client(c, &tls.Config{InsecureSkipVerify: true}).Handshake()
+		}, ResetNoSNI},
+		{"not TLS", "127.0.0.1", func(c net.Conn) error {
+			io.WriteString(c, "GET / HTTP/1.1\r\nHost: www.foo.com\r\n\r\n")
+			_, err := c.Read(make([]byte, 1))
+			return err
+		}, ResetBadHello},
+		{"not a subscriber", "127.0.0.2", func(c net.Conn) error {
+			return tls.Client(c, &tls.Config{ServerName: "www.foo.com", InsecureSkipVerify: true}).Handshake()
+		}, ResetNotSubscriber},
+		{"name does not resolve", "127.0.0.1", func(c net.Conn) error {
+			return tls.Client(c, &tls.Config{ServerName: "nothere.foo.com", InsecureSkipVerify: true}).Handshake()
+		}, ResetResolve},
+		{"origin on loopback refused by the guard", "127.0.0.1", func(c net.Conn) error {
+			return tls.Client(c, &tls.Config{ServerName: "www.foo.com", InsecureSkipVerify: true}).Handshake()
+		}, ResetDenied},
+		{"hello never completes", "127.0.0.1", func(c net.Conn) error {
+			c.Write([]byte{22, 3, 1, 0, 200, 1})
+			_, err := c.Read(make([]byte, 1))
+			return err
+		}, ResetTimeout},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(tc.from)}}
+			c, err := d.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			if err := tc.send(c); !isReset(err) {
+				t.Errorf("client got %v, want a connection reset", err)
+			}
+			if got := testutil.ToFloat64(s.m.resets.WithLabelValues(tc.reason)); got != 1 {
+				t.Errorf("pep_splice_resets_total{reason=%q} = %v, want 1", tc.reason, got)
+			}
+		})
+	}
+	if got := testutil.ToFloat64(s.m.splices); got != 0 {
+		t.Errorf("pep_splice_splices_total = %v, want 0", got)
+	}
+}
