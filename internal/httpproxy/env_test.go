@@ -1,0 +1,402 @@
+package httpproxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"pep/internal/guard"
+	"pep/internal/mode"
+	"pep/internal/rewrite"
+)
+
+// testLogger returns a logger writing to t.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// dnsServer is a real DNS server (miekg/dns) answering A queries from a
+// fixed table; everything else gets an empty NOERROR answer, unknown names
+// NXDOMAIN.
+type dnsServer struct {
+	Addr string // host:port
+	IP   string
+	udp  *dns.Server
+	tcp  *dns.Server
+}
+
+// startDNS starts a DNS server for records (name -> IPv4). As root it
+// listens on port 53 of a random 127/8 address (Squid's dns_nameservers
+// takes no port); otherwise on an ephemeral port of 127.0.0.1.
+func startDNS(t testing.TB, records map[string]string) *dnsServer {
+	t.Helper()
+	h := dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(q)
+		m.Authoritative = true
+		name := strings.ToLower(strings.TrimSuffix(q.Question[0].Name, "."))
+		ip, ok := records[name]
+		if !ok {
+			m.Rcode = dns.RcodeNameError
+		} else if q.Question[0].Qtype == dns.TypeA {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.ParseIP(ip).To4()})
+		}
+		w.WriteMsg(m)
+	})
+	ip, port := "127.0.0.1", "0"
+	if os.Geteuid() == 0 {
+		b := make([]byte, 2)
+		rand.Read(b)
+		ip, port = fmt.Sprintf("127.%d.%d.53", 100+b[0]%100, b[1]), "53"
+	}
+	pc, err := net.ListenPacket("udp", net.JoinHostPort(ip, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ = net.SplitHostPort(pc.LocalAddr().String())
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &dnsServer{Addr: net.JoinHostPort(ip, port), IP: ip}
+	started := make(chan struct{}, 2)
+	s.udp = &dns.Server{PacketConn: pc, Handler: h, NotifyStartedFunc: func() { started <- struct{}{} }}
+	s.tcp = &dns.Server{Listener: l, Handler: h, NotifyStartedFunc: func() { started <- struct{}{} }}
+	go s.udp.ActivateAndServe()
+	go s.tcp.ActivateAndServe()
+	<-started
+	<-started
+	t.Cleanup(func() { s.udp.Shutdown(); s.tcp.Shutdown() })
+	return s
+}
+
+// origin is a Go web server with virtual hosts; it counts requests per
+// Host+path.
+type origin struct {
+	Addr  netip.AddrPort
+	Port  string
+	mu    sync.Mutex
+	hits  map[string]int
+	pages map[string]page // Host without port + path -> page
+}
+
+type page struct {
+	ctype, body string
+	header      map[string]string
+}
+
+func startOrigin(t testing.TB, ip string, pages map[string]page) *origin {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &origin{hits: map[string]int{}, pages: pages}
+	o.Addr = netip.MustParseAddrPort(l.Addr().String())
+	o.Port = strconv.Itoa(int(o.Addr.Port()))
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.Host)
+		if host == "" {
+			host = r.Host
+		}
+		key := host + r.URL.RequestURI()
+		o.mu.Lock()
+		o.hits[key]++
+		o.mu.Unlock()
+		p, ok := o.pages[key]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", p.ctype)
+		w.Header().Set("Cache-Control", "max-age=3600")
+		for k, v := range p.header {
+			w.Header().Set(k, v)
+		}
+		io.WriteString(w, strings.ReplaceAll(p.body, "PORT", o.Port))
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return o
+}
+
+func (o *origin) hitCount(key string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.hits[key]
+}
+
+// squid is a real Squid started from configs/squid.conf.
+type squid struct {
+	Addr   string
+	LogDir string
+	cmd    *exec.Cmd
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, p, _ := net.SplitHostPort(l.Addr().String())
+	return p
+}
+
+// startSquid renders configs/squid.conf with c (Listen, CacheDir, LogDir,
+// PidFile are filled in) and runs Squid in the foreground until the test
+// ends. It skips the test if squid is not installed.
+func startSquid(t testing.TB, c SquidConf) *squid {
+	t.Helper()
+	bin, err := exec.LookPath("squid")
+	if err != nil {
+		if bin, err = exec.LookPath("/usr/sbin/squid"); err != nil {
+			t.Skip("squid not installed (apt-get install -y squid)")
+		}
+	}
+	dir, err := os.MkdirTemp("", "pep-squid-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	c.Listen = "127.0.0.1:" + freePort(t)
+	c.CacheDir = filepath.Join(dir, "cache")
+	c.LogDir = dir
+	c.PidFile = filepath.Join(dir, "squid.pid")
+	c.CacheDirMB, c.CacheMemMB, c.ShutdownSeconds = 100, 32, 0
+	if c.User == "" {
+		c.User = "proxy"
+	}
+	tmpl, err := os.ReadFile(filepath.Join("..", "..", "configs", "squid.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	if err := RenderSquidConf(&sb, string(tmpl), c); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "squid.conf")
+	if err := os.WriteFile(conf, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(c.CacheDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 { // Squid drops to cache_effective_user
+		u, err := user.Lookup(c.User)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		os.Chmod(dir, 0o755)
+		filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error { return os.Chown(p, uid, gid) })
+	}
+	if out, err := exec.Command(bin, "-z", "-N", "-f", conf).CombinedOutput(); err != nil {
+		t.Fatalf("squid -z: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-N", "-f", conf)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &squid{Addr: c.Listen, LogDir: dir, cmd: cmd}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	// Readiness: Squid accepts on its port once it has finished starting.
+	deadline := time.Now().Add(30 * time.Second)
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
+		select {
+		case err := <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "cache.log"))
+			t.Fatalf("squid exited: %v\n%s", err, log)
+		default:
+		}
+		if c, err := net.Dial("tcp", s.Addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("squid did not start listening within 30s")
+		}
+		time.Sleep(delay)
+	}
+	return s
+}
+
+// accessLog returns Squid's access.log lines.
+func (s *squid) accessLog(t testing.TB) []string {
+	b, err := os.ReadFile(filepath.Join(s.LogDir, "access.log"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+// pepd is a Proxy and its Server on a loopback listener.
+type pepd struct {
+	Addr  string
+	Proxy *Proxy
+	Srv   *Server
+	Mode  *mode.Switch
+	M     *Metrics
+}
+
+type pepdOpts struct {
+	squid         string
+	proxyProtocol bool
+	resolver      string
+	mode          mode.Mode
+	subscribers   []string
+	allow         []string
+	ports         []uint16
+	hostMismatch  string
+	limits        Limits
+	listener      func(net.Listener) net.Listener // wraps the loopback listener (fake interception)
+}
+
+var testVIP = netip.MustParseAddr("192.0.2.12")
+
+func startPepd(t testing.TB, o pepdOpts) *pepd {
+	t.Helper()
+	var subs, allow []netip.Prefix
+	for _, s := range o.subscribers {
+		subs = append(subs, netip.MustParsePrefix(s))
+	}
+	for _, s := range o.allow {
+		allow = append(allow, netip.MustParsePrefix(s))
+	}
+	if o.hostMismatch == "" {
+		o.hostMismatch = "direct"
+	}
+	log := testLogger(t)
+	rw, err := rewrite.New(testVIP.String(), rewrite.Config{}, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := mode.NewSwitch(o.mode)
+	p, err := New(Options{
+		VIP: testVIP, Squid: o.squid, SquidProxyProtocol: o.proxyProtocol, Mode: sw, Log: log, Metrics: m,
+		UpstreamTimeout: 10 * time.Second,
+		Settings: Settings{
+			Policy:       guard.New(guard.Options{Subscribers: subs, AllowedPorts: o.ports, Allow: allow, Self: []netip.Addr{testVIP}}),
+			Resolver:     &Resolver{Servers: []string{o.resolver}, Timeout: time.Second},
+			Rewriter:     rw,
+			HostMismatch: o.hostMismatch,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if o.listener != nil {
+		l = o.listener(l)
+	}
+	srv := NewServer(p, o.limits, log, m)
+	done := make(chan struct{})
+	go func() { srv.Serve(l); close(done) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+		p.Close()
+	})
+	return &pepd{Addr: addr, Proxy: p, Srv: srv, Mode: sw, M: m}
+}
+
+// client returns an HTTP client that sends every request to pepd (as a
+// browser would after a VIP DNS answer or a VIP-form URL), from source
+// address src.
+func (p *pepd) client(src string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	return &http.Client{
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return d.DialContext(ctx, network, p.Addr)
+			},
+			DisableCompression: true,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// raw sends a raw request on a new connection from src and returns the
+// response (body read).
+func (p *pepd) raw(t testing.TB, src, req string) (*http.Response, string) {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading response to %q: %v", req, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// writeHosts writes an /etc/hosts style file for Squid's hosts_file.
+func writeHosts(t testing.TB, records map[string]string) string {
+	var sb strings.Builder
+	for name, ip := range records {
+		fmt.Fprintf(&sb, "%s %s\n", ip, name)
+	}
+	f := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(f, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Dir(f), 0o755)
+	return f
+}

@@ -1,0 +1,177 @@
+package httpproxy
+
+import (
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pep/internal/mode"
+)
+
+// The test world: three sites on one origin at 127.0.0.2 (names resolved
+// by a real DNS server), a real Squid, pepd in url mode. The guard allows
+// exactly the origin's address (127.0.0.2/32) and port; every other
+// loopback address stays forbidden.
+const originIP = "127.0.0.2"
+
+var sitePages = map[string]page{
+	"www.site.test/": {ctype: "text/html; charset=utf-8", body: `<!doctype html><html><head>
+<link rel="stylesheet" href="http://static.other.test:PORT/style.css">
+<script src="/app.js"></script>
+</head><body>
+<img src="http://img.cdn.test:PORT/logo.png" alt="">
+<a href="http://www.site.test:PORT/next.html">next</a>
+<img src="https://img.cdn.test/secure.png">
+</body></html>`},
+	"www.site.test/app.js":        {ctype: "application/javascript", body: "console.log(1)"},
+	"static.other.test/style.css": {ctype: "text/css", body: "body{background:url(/bg.png)}"},
+	"static.other.test/bg.png":    {ctype: "image/png", body: "PNG-bg"},
+	"img.cdn.test/logo.png":       {ctype: "image/png", body: "PNG-logo"},
+	"www.site.test/redirect":      {ctype: "text/plain", body: "moved", header: map[string]string{"Location": "/app.js", "Set-Cookie": "sid=1; Path=/; Domain=site.test"}},
+}
+
+var siteRecords = map[string]string{
+	"www.site.test": originIP, "img.cdn.test": originIP, "static.other.test": originIP,
+	"private.test": "10.1.2.3", "linklocal.test": "169.254.1.1", "cgnat.test": "100.64.1.1",
+	"loopback.test": "127.0.0.1", "vip.test": "192.0.2.12", "reserved.test": "240.0.0.1",
+	"elsewhere.test": "127.0.0.3",
+}
+
+// world starts DNS, origin, Squid and pepd for one test.
+func world(t *testing.T, md mode.Mode, proxyProtocol bool) (*pepd, *squid, *origin) {
+	ns := startDNS(t, siteRecords)
+	o := startOrigin(t, originIP, sitePages)
+	port := o.Addr.Port()
+	sc := DefaultSquidConf(testVIP)
+	sc.ProxyProtocol = proxyProtocol
+	sc.Subscribers = []string{"127.0.0.0/8"}
+	sc.AllowedPorts = []uint16{80, port}
+	sc.AllowDst = []string{originIP + "/32"}
+	sc.Resolvers = []string{ns.IP}
+	if ns.Addr != ns.IP+":53" { // not root: Squid cannot use a DNS server on another port
+		sc.HostsFile = writeHosts(t, siteRecords)
+	}
+	sq := startSquid(t, sc)
+	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: proxyProtocol, resolver: ns.Addr, mode: md,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}})
+	return p, sq, o
+}
+
+var vipURLRE = regexp.MustCompile(`http://192\.0\.2\.12/[^"')]+`)
+
+// TestURLModeThroughSquid loads a page whose objects live on three hosts
+// through pepd in url mode, fetches every VIP-form object through pepd,
+// and loads it all a second time: the second load is served from Squid's
+// cache (origin hit counts stay at one, access.log says HIT).
+func TestURLModeThroughSquid(t *testing.T) {
+	for _, pp := range []bool{true, false} {
+		name := map[bool]string{true: "proxy protocol", false: "x-forwarded-for"}[pp]
+		t.Run(name, func(t *testing.T) {
+			p, sq, o := world(t, mode.URL, pp)
+			c := p.client("127.0.0.9")
+			pageURL := "http://www.site.test:" + o.Port + "/"
+			for load := 1; load <= 2; load++ {
+				html := get(t, c, pageURL, 200)
+				got := vipURLRE.FindAllString(html, -1)
+				want := []string{
+					"http://192.0.2.12/static.other.test:" + o.Port + "/style.css",
+					"http://192.0.2.12/www.site.test:" + o.Port + "/app.js",
+					"http://192.0.2.12/img.cdn.test:" + o.Port + "/logo.png",
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("load %d: VIP-form URLs %q, want %q\n%s", load, got, want, html)
+				}
+				for _, keep := range []string{`<a href="http://www.site.test:` + o.Port + `/next.html">`, `src="https://img.cdn.test/secure.png"`} {
+					if !strings.Contains(html, keep) {
+						t.Errorf("load %d: %q was rewritten:\n%s", load, keep, html)
+					}
+				}
+				if b := get(t, c, want[2], 200); b != "PNG-logo" {
+					t.Errorf("logo = %q", b)
+				}
+				if b := get(t, c, want[1], 200); b != "console.log(1)" {
+					t.Errorf("app.js = %q", b)
+				}
+				css := get(t, c, want[0], 200)
+				if wantCSS := "body{background:url(http://192.0.2.12/static.other.test:" + o.Port + "/bg.png)}"; css != wantCSS {
+					t.Errorf("css = %q, want %q", css, wantCSS)
+				}
+				if b := get(t, c, "http://192.0.2.12/static.other.test:"+o.Port+"/bg.png", 200); b != "PNG-bg" {
+					t.Errorf("bg = %q", b)
+				}
+			}
+			for _, k := range []string{"www.site.test/", "www.site.test/app.js", "static.other.test/style.css", "static.other.test/bg.png", "img.cdn.test/logo.png"} {
+				if n := o.hitCount(k); n != 1 {
+					t.Errorf("origin saw %s %d times, want 1 (second load from Squid's cache)", k, n)
+				}
+			}
+			// Squid logs a transaction after it has answered: wait for the
+			// last line.
+			var lines []string
+			hits := 0
+			for try := 0; try < 100 && hits < 5; try++ {
+				if try > 0 {
+					time.Sleep(20 * time.Millisecond)
+				}
+				lines, hits = sq.accessLog(t), 0
+				for _, l := range lines {
+					if f := strings.Fields(l); len(f) >= 7 && strings.Contains(f[3], "HIT") {
+						hits++
+					}
+				}
+			}
+			if hits != 5 {
+				t.Errorf("access.log has %d HITs, want 5:\n%s", hits, strings.Join(lines, "\n"))
+			}
+			for _, l := range lines {
+				f := strings.Fields(l)
+				if len(f) < 7 || f[6] == "error:transaction-end-before-headers" { // the readiness probe
+					continue
+				}
+				if f[2] != "127.0.0.9" {
+					t.Errorf("access.log client %q, want the subscriber 127.0.0.9: %s", f[2], l)
+				}
+			}
+		})
+	}
+}
+
+// TestVIPPathMappings: Location and Set-Cookie of a VIP-path response are
+// mapped to the VIP form; only the site's own cookies go to it.
+func TestVIPPathMappings(t *testing.T) {
+	p, _, o := world(t, mode.URL, true)
+	req, _ := http.NewRequest("GET", "http://192.0.2.12/www.site.test:"+o.Port+"/redirect", nil)
+	req.Header.Set("Cookie", "www.site.test~"+o.Port+"|a=1; other.test|b=2")
+	resp, err := p.client("127.0.0.9").Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got, want := resp.Header.Get("Location"), "http://192.0.2.12/www.site.test:"+o.Port+"/app.js"; got != want {
+		t.Errorf("Location = %q, want %q", got, want)
+	}
+	if got, want := resp.Header.Get("Set-Cookie"), "www.site.test~"+o.Port+"|sid=1; Path=/www.site.test:"+o.Port+"/"; got != want {
+		t.Errorf("Set-Cookie = %q, want %q", got, want)
+	}
+}
+
+func get(t *testing.T, c *http.Client, url string, wantCode int) string {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != wantCode {
+		t.Fatalf("GET %s: %s, want %d: %s", url, resp.Status, wantCode, b)
+	}
+	return string(b)
+}
