@@ -81,6 +81,9 @@ func (w *WARCReader) Next() (*WARCRecord, error) {
 	var last string
 	for {
 		l, err := w.line()
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
 		if err != nil {
 			return nil, fail("header: %v", err)
 		}
