@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"pep/internal/guard"
 	"pep/internal/mode"
@@ -400,3 +402,6 @@ func writeHosts(t testing.TB, records map[string]string) string {
 	os.Chmod(filepath.Dir(f), 0o755)
 	return f
 }
+
+// testutilValue reads a counter's value.
+func testutilValue(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }

@@ -279,9 +279,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.EqualFold(r.Method, "PURGE"):
 		p.refuse(w, r, md, kindNone, "PURGE not allowed")
 		return
-	case strings.EqualFold(r.URL.Scheme, "cache_object") || hasPrefixFold(r.RequestURI, "cache_object:"):
-		p.refuse(w, r, md, kindNone, "cache_object not allowed")
-		return
 	case r.URL.IsAbs() && !strings.EqualFold(r.URL.Scheme, "http"):
 		p.badRequest(w, r, md, kindNone, "only http: URLs are proxied")
 		return
@@ -483,10 +480,6 @@ func validHostName(h string) bool {
 		}
 	}
 	return true
-}
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // refuse answers 403 with reason and counts it.

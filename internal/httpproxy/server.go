@@ -191,6 +191,7 @@ type conn struct {
 	active      atomic.Bool // a request of this connection reached the handler and is not finished
 	idle        atomic.Bool // waiting for the next request, no byte of it read yet
 	closed      atomic.Bool
+	timedOut    atomic.Bool // counted once
 }
 
 func (c *conn) originalDst() (netip.AddrPort, bool) { return c.orig, c.intercepted }
@@ -201,7 +202,7 @@ func (c *conn) Read(b []byte) (int, error) {
 	if n > 0 {
 		c.idle.Store(false)
 	}
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && c.timedOut.CompareAndSwap(false, true) {
 		phase := "read_header"
 		if c.idle.Load() {
 			phase = "idle"

@@ -1,0 +1,258 @@
+package httpproxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"pep/internal/mode"
+)
+
+// TestBadInput sends each kind of bad request to pepd (in front of a real
+// Squid) and checks the answer: status and the reason in the body.
+func TestBadInput(t *testing.T) {
+	p, sq, o := world(t, mode.URL, true)
+	big := strings.Repeat("a", 70<<10)
+	cases := []struct {
+		name     string
+		req      string
+		wantCode int
+		wantBody string
+	}{
+		{"malformed request line", "GARBAGE\r\n\r\n", 400, "400 Bad Request"},
+		{"oversized headers", "GET / HTTP/1.1\r\nHost: 192.0.2.12\r\nX-Big: " + big + "\r\n\r\n", 431, "431 Request Header Fields Too Large"},
+		{"vip path /", "GET / HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 400, "invalid VIP path: no host"},
+		{"vip path %zz", "GET /%zz/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 400, "400 Bad Request"},
+		{"vip path port out of range", "GET /host:99999/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 400, `invalid VIP path: port "99999" out of range`},
+		{"vip path userinfo", "GET /user@host/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 400, "invalid VIP path: userinfo in host"},
+		{"bad Host", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400, "400 Bad Request"},
+		{"private target", "GET /private.test/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 403, "private address"},
+		{"link-local target", "GET /linklocal.test/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 403, "link-local address"},
+		{"CGNAT target", "GET /cgnat.test/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 403, "shared address space (CGNAT)"},
+		{"loopback target", "GET /loopback.test/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 403, "loopback address"},
+		{"loopback literal", "GET /127.0.0.1/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 403, "loopback address"},
+		{"reserved target", "GET /reserved.test/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 403, "reserved or special-purpose address"},
+		{"the VIP as target", "GET /vip.test/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 403, "the proxy's own address"},
+		{"the VIP literal as target", "GET /192.0.2.12/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 403, "the proxy's own address"},
+		{"port not allowed", "GET /www.site.test:8081/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 403, "port not allowed"},
+		{"private target by Host", "GET / HTTP/1.1\r\nHost: private.test\r\n\r\n", 403, "private address"},
+		{"unknown host", "GET /nonexistent.test/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 502, "cannot resolve host"},
+		{"CONNECT", "CONNECT www.site.test:443 HTTP/1.1\r\nHost: www.site.test:443\r\n\r\n", 403, "CONNECT not allowed"},
+		{"PURGE", "PURGE /www.site.test:" + o.Port + "/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 403, "PURGE not allowed"},
+		// Go's server refuses the scheme ('_' is not allowed in a URI scheme).
+		{"cache_object", "GET cache_object://localhost/info HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, "400 Bad Request"},
+		{"cache_object opaque", "GET cache_object:info HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, "400 Bad Request"},
+		{"https absolute URI", "GET https://www.site.test/ HTTP/1.1\r\nHost: www.site.test\r\n\r\n", 400, "only http: URLs are proxied"},
+		{"squid-internal-mgr via VIP path", "GET /127.0.0.1:3128/squid-internal-mgr/info HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n", 403, "port not allowed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, body := p.raw(t, "127.0.0.9", c.req)
+			if resp.StatusCode != c.wantCode || !strings.Contains(body, c.wantBody) {
+				t.Errorf("got %d %q, want %d containing %q", resp.StatusCode, body, c.wantCode, c.wantBody)
+			}
+		})
+	}
+	for _, l := range sq.accessLog(t) {
+		for _, bad := range []string{"private.test", "PURGE", "cache_object", "CONNECT"} {
+			if strings.Contains(l, bad) {
+				t.Errorf("a refused request reached Squid: %s", l)
+			}
+		}
+	}
+	if got := testutilValue(p.M.badRequests.WithLabelValues("431")); got != 1 {
+		t.Errorf("pep_http_bad_requests_total{code=431} = %v, want 1", got)
+	}
+	if got := testutilValue(p.M.refused.WithLabelValues("private address")); got != 2 {
+		t.Errorf(`pep_http_refused_total{reason="private address"} = %v, want 2`, got)
+	}
+}
+
+// TestNotSubscriber: a source outside the subscriber ranges gets 403.
+func TestNotSubscriber(t *testing.T) {
+	ns := startDNS(t, siteRecords)
+	p := startPepd(t, pepdOpts{squid: "127.0.0.1:9", resolver: ns.Addr, subscribers: []string{"198.18.0.0/24"}})
+	resp, body := p.raw(t, "127.0.0.9", "GET /www.site.test/ HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
+	if resp.StatusCode != 403 || !strings.Contains(body, "not a subscriber") {
+		t.Errorf("got %d %q, want 403 not a subscriber", resp.StatusCode, body)
+	}
+	// The watchdog's probe is answered from loopback whatever the ranges.
+	if err := Check(t.Context(), p.Addr); err != nil {
+		t.Errorf("health check: %v", err)
+	}
+}
+
+// TestReadHeaderTimeout: a client that never finishes its headers is cut
+// off after http.read_header_timeout, and counted.
+func TestReadHeaderTimeout(t *testing.T) {
+	ns := startDNS(t, siteRecords)
+	p := startPepd(t, pepdOpts{squid: "127.0.0.1:9", resolver: ns.Addr, subscribers: []string{"127.0.0.0/8"},
+		limits: Limits{ReadHeaderTimeout: 200 * time.Millisecond, IdleTimeout: 200 * time.Millisecond}})
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: 192.0.2.12\r\nX-Slow: ")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	start := time.Now()
+	if n, err := c.Read(make([]byte, 100)); err != io.EOF {
+		t.Fatalf("read %d, %v; want EOF (closed by pepd)", n, err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("closed after %v", d)
+	}
+	if got := testutilValue(p.M.timeouts.WithLabelValues("read_header")); got != 1 {
+		t.Errorf("pep_http_timeouts_total{phase=read_header} = %v, want 1", got)
+	}
+}
+
+// TestMaxConns: with max_conns 1, a second connection waits until the
+// first closes, and the wait is counted.
+func TestMaxConns(t *testing.T) {
+	ns := startDNS(t, siteRecords)
+	p := startPepd(t, pepdOpts{squid: "127.0.0.1:9", resolver: ns.Addr, subscribers: []string{"127.0.0.0/8"}, limits: Limits{MaxConns: 1}})
+	c1, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c1, "GET "+HealthPath+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c1)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first connection: %v %v", resp, err)
+	}
+	c2, err := net.Dial("tcp", p.Addr) // completes in the kernel's accept queue
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	io.WriteString(c2, "GET "+HealthPath+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	c2.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := c2.Read(make([]byte, 1)); err == nil {
+		t.Fatal("second connection served while the first is open")
+	}
+	c1.Close()
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if resp, err := http.ReadResponse(bufio.NewReader(c2), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("second connection after the first closed: %v %v", resp, err)
+	}
+	if got := testutilValue(p.M.limitWaits); got < 1 {
+		t.Errorf("pep_http_connection_limit_waits_total = %v, want >= 1", got)
+	}
+}
+
+// fakeIntercept marks every accepted connection as intercepted with the
+// given original destination: it stands in for the kernel's REDIRECT
+// (internal/intercept's namespace test covers the kernel part).
+type fakeIntercept struct {
+	net.Listener
+	orig netip.AddrPort
+}
+
+type fakeConn struct {
+	net.Conn
+	orig netip.AddrPort
+}
+
+func (f fakeConn) OriginalDst() (netip.AddrPort, bool) { return f.orig, true }
+
+func (l fakeIntercept) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return fakeConn{c, l.orig}, nil
+}
+
+// TestHostVerification: an intercepted request whose Host resolves to the
+// original destination goes through Squid (and is cached); one whose Host
+// does not is never cached under that name: "direct" fetches it from the
+// original destination bypassing Squid, "refuse" answers 403.
+func TestHostVerification(t *testing.T) {
+	ns := startDNS(t, siteRecords)
+	o := startOrigin(t, originIP, sitePages)
+	port := o.Addr.Port()
+	sc := DefaultSquidConf(testVIP)
+	sc.Subscribers, sc.AllowedPorts, sc.AllowDst, sc.Resolvers = []string{"127.0.0.0/8"}, []uint16{port}, []string{originIP + "/32"}, []string{ns.IP}
+	if ns.Addr != ns.IP+":53" {
+		sc.HostsFile = writeHosts(t, siteRecords)
+	}
+	sq := startSquid(t, sc)
+	for _, action := range []string{"direct", "refuse"} {
+		t.Run(action, func(t *testing.T) {
+			p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off,
+				subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{port}, hostMismatch: action,
+				listener: func(l net.Listener) net.Listener { return fakeIntercept{l, o.Addr} }})
+			// Host matches the original destination: via Squid.
+			resp, body := p.raw(t, "127.0.0.9", "GET /app.js HTTP/1.1\r\nHost: www.site.test:"+o.Port+"\r\n\r\n")
+			if resp.StatusCode != 200 || body != "console.log(1)" {
+				t.Fatalf("matching Host: %d %q", resp.StatusCode, body)
+			}
+			// elsewhere.test resolves to 127.0.0.3, not to the origin at
+			// 127.0.0.2 the connection was really for.
+			before := o.hitCount("elsewhere.test/app.js")
+			resp, body = p.raw(t, "127.0.0.9", "GET /app.js HTTP/1.1\r\nHost: elsewhere.test:"+o.Port+"\r\n\r\n")
+			switch action {
+			case "direct":
+				if resp.StatusCode != 404 || resp.Header.Get("Cache-Control") != "no-store" {
+					t.Errorf("mismatching Host, direct: %d %q Cache-Control %q; want the origin's 404, no-store", resp.StatusCode, body, resp.Header.Get("Cache-Control"))
+				}
+				if got := o.hitCount("elsewhere.test/app.js"); got != before+1 {
+					t.Errorf("origin saw elsewhere.test %d times, want %d", got, before+1)
+				}
+			case "refuse":
+				if resp.StatusCode != 403 || !strings.Contains(body, "host does not match destination") {
+					t.Errorf("mismatching Host, refuse: %d %q", resp.StatusCode, body)
+				}
+				if got := o.hitCount("elsewhere.test/app.js"); got != before {
+					t.Errorf("origin saw elsewhere.test")
+				}
+			}
+		})
+	}
+	for _, l := range sq.accessLog(t) {
+		if strings.Contains(l, "elsewhere.test") {
+			t.Errorf("a mismatching Host reached Squid: %s", l)
+		}
+	}
+}
+
+// TestModeSwitchKeepsConnection: a kept-alive connection survives a mode
+// switch and its next request is served in the new mode.
+func TestModeSwitchKeepsConnection(t *testing.T) {
+	p, _, o := world(t, mode.Off, true)
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.9")}}
+	c, err := d.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	req := "GET / HTTP/1.1\r\nHost: www.site.test:" + o.Port + "\r\n\r\n"
+	read := func() string {
+		t.Helper()
+		io.WriteString(c, req)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return string(b)
+	}
+	if b := read(); strings.Contains(b, "192.0.2.12") {
+		t.Fatalf("mode off rewrote the page:\n%s", b)
+	}
+	p.Mode.Set(mode.URL)
+	if b := read(); !strings.Contains(b, "http://192.0.2.12/img.cdn.test:"+o.Port+"/logo.png") {
+		t.Fatalf("after the switch to url the page was not rewritten:\n%s", b)
+	}
+	if got := testutilValue(p.M.conns); got != 1 {
+		t.Errorf("pep_http_connections_total = %v, want 1 (one kept-alive connection)", got)
+	}
+}
