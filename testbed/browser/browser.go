@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os/exec"
 	"strings"
@@ -72,6 +73,13 @@ type Options struct {
 	Log *slog.Logger
 }
 
+// ServiceHosts are the hostnames of Chromium's own services (component
+// and extension updates, network time) that it looks up at start even with
+// background networking off (seen with Chromium 156 in the testbed's
+// resolver log). Flags maps them to "not found" inside the browser.
+// None of them is a host of a tp5n page.
+var ServiceHosts = []string{"update.googleapis.com", "clients2.google.com", "redirector.gvt1.com", "edgedl.me.gvt1.com"}
+
 // Flags returns the Chromium command-line flags of a session with opts, in
 // order, without the ones chromedp adds (pipe, user data dir, about:blank).
 // They keep Chromium quiet (no background networking, component updates,
@@ -79,7 +87,7 @@ type Options struct {
 func Flags(opts Options) []string {
 	disable := []string{"HttpsUpgrades", "Translate", "MediaRouter", "OptimizationHints",
 		"DialMediaRouteProvider", "AutofillServerCommunication", "CertificateTransparencyComponentUpdater",
-		"InterestFeedContentSuggestions", "PrivacySandboxSettings4"}
+		"InterestFeedContentSuggestions", "PrivacySandboxSettings4", "NetworkTimeServiceQuerying"}
 	enable := []string{"NetworkService", "NetworkServiceInProcess"}
 	if opts.Resolver == ResolverSystem {
 		disable = append(disable, "AsyncDns")
@@ -98,6 +106,14 @@ func Flags(opts Options) []string {
 		"--enable-features=" + strings.Join(enable, ","),
 		"--disable-features=" + strings.Join(disable, ","),
 	}
+	// Chromium's own services, which it contacts at start whatever the
+	// flags above say, fail at once without a DNS query, so that their
+	// lookups do not count as the first page's traffic.
+	var rules []string
+	for _, h := range ServiceHosts {
+		rules = append(rules, "MAP "+h+" ~NOTFOUND")
+	}
+	f = append(f, "--host-resolver-rules="+strings.Join(rules, ", "))
 	if opts.IgnoreCertErrors {
 		f = append(f, "--ignore-certificate-errors")
 	}
@@ -218,8 +234,11 @@ type Page struct {
 	// errors, aborts). HTTPErrors counts the first kind alone (Chromium
 	// also aborts a script that got a 404).
 	Failed, HTTPErrors int
-	// Hosts maps each requested hostname to its number of requests.
-	Hosts map[string]int
+	// Hosts maps each requested hostname to its number of requests;
+	// DocHosts does the same for document requests alone (the top-level
+	// page, its redirects and frames): the names a browser must resolve
+	// whatever a proxy rewrites.
+	Hosts, DocHosts map[string]int
 	// Wall is the time Load took, settling included.
 	Wall time.Duration
 }
@@ -244,6 +263,9 @@ func (n *netLog) event(ev any) {
 		n.page.Requests++
 		if u, err := url.Parse(e.Request.URL); err == nil {
 			n.page.Hosts[u.Hostname()]++
+			if e.Type == network.ResourceTypeDocument {
+				n.page.DocHosts[u.Hostname()]++
+			}
 		}
 		n.inflight[e.RequestID] = true
 	case *network.EventResponseReceived:
@@ -291,7 +313,7 @@ const navTimingJS = `(() => { const e = performance.getEntriesByType('navigation
 // error. The browser keeps its connections between tabs, as a user's would.
 func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 	start := time.Now()
-	p := Page{URL: rawURL, Hosts: map[string]int{}}
+	p := Page{URL: rawURL, Hosts: map[string]int{}, DocHosts: map[string]int{}}
 	n := &netLog{page: &p, inflight: map[network.RequestID]bool{}, httpError: map[network.RequestID]bool{}, last: start}
 	tab, closeTab := chromedp.NewContext(s.browser)
 	defer closeTab()
@@ -347,10 +369,7 @@ func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 	}
 	n.mu.Lock()
 	out := p
-	out.Hosts = make(map[string]int, len(p.Hosts))
-	for h, c := range p.Hosts {
-		out.Hosts[h] = c
-	}
+	out.Hosts, out.DocHosts = maps.Clone(p.Hosts), maps.Clone(p.DocHosts)
 	n.mu.Unlock()
 	out.Wall = time.Since(start)
 	s.log.Debug("page", "url", rawURL, "loaded", out.Loaded, "plt", out.PLT, "requests", out.Requests, "bytes", out.Bytes, "failed", out.Failed, "err", out.Err)

@@ -188,6 +188,9 @@ func TestLoadLocalPage(t *testing.T) {
 			t.Errorf("load %d: bytes %d, want at least the two 1000-byte images", i+1, p.Bytes)
 		}
 		host, _, _ := net.SplitHostPort(site.addr)
+		if p.DocHosts[host] != 1 || len(p.DocHosts) != 1 {
+			t.Errorf("load %d: document hosts %v, want %s once", i+1, p.DocHosts, host)
+		}
 		if p.Hosts[host] != p.Requests {
 			t.Errorf("load %d: hosts %v, want all %d requests on %s", i+1, p.Hosts, p.Requests, host)
 		}

@@ -1,0 +1,188 @@
+// Command testbed runs the seed paper's experiment (§4) in network
+// namespaces and reports it (testbed/README.md).
+//
+//	testbed run -corpus default -profile paper-average,paper-congested \
+//	    -modes direct,off,dns,url -runs 3 -pages 3 -out testbed-out
+//	testbed report -in testbed-out
+//	testbed clean
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"pep/testbed/browser"
+	"pep/testbed/report"
+	"pep/testbed/run"
+	"pep/testbed/topo"
+)
+
+const usage = `usage:
+  testbed run [flags]     run the experiment, write OUT/results.json, OUT/report.md, plots
+  testbed report -in DIR  regenerate DIR/report.md and the plots from DIR/results.json
+  testbed clean           remove what killed runs left behind (namespaces, /etc/netns)
+Run "testbed run -h" for the flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = cmdRun(os.Args[2:])
+	case "report":
+		err = cmdReport(os.Args[2:])
+	case "clean":
+		err = cmdClean()
+	case "-h", "-help", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		err = fmt.Errorf("unknown command %q\n%s", os.Args[1], usage)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testbed:", err)
+		os.Exit(1)
+	}
+}
+
+func cmdRun(args []string) error {
+	c := run.Default()
+	fs := flag.NewFlagSet("testbed run", flag.ExitOnError)
+	fs.StringVar(&c.Corpus, "corpus", c.Corpus, `"default" (embedded, the paper's three sites), a tp5n .tar.gz or directory, a .warc[.gz] or a directory of them`)
+	profiles := fs.String("profile", strings.Join(c.Profiles, ","), "netem profiles (names or files), comma-separated")
+	fs.StringVar(&c.Wired, "wired", "", "netem profile for the gw-core link (default: none)")
+	modes := fs.String("modes", strings.Join(c.Modes, ","), "modes to compare: direct, off, dns, url")
+	fs.IntVar(&c.Runs, "runs", c.Runs, "runs per mode (each a fresh browser and, unless -warm, a cold Squid)")
+	fs.StringVar(&c.Pages, "pages", "", `pages: "" (all), N (the first N) or a comma-separated list of names`)
+	fs.StringVar(&c.Out, "out", c.Out, "output folder")
+	fs.BoolVar(&c.Warm, "warm", false, "keep Squid's cache between runs")
+	resolver := fs.String("resolver", string(c.Resolver), "Chromium's resolver: builtin (AsyncDns) or system (getaddrinfo)")
+	fs.DurationVar(&c.PageTimeout, "page-timeout", c.PageTimeout, "time limit of one page load")
+	fs.DurationVar(&c.Settle, "settle", c.Settle, "quiet network time after onload before the next page")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "link emulator: auto, tc or userspace")
+	fs.StringVar(&c.Bin, "bin", "", "folder with pepd and pepctl (default: this program's folder)")
+	fs.StringVar(&c.Chromium, "chromium", "chromium", "Chromium binary")
+	fs.IntVar(&c.Parallel, "parallel", 1, "profiles run at once, each in its own testbed")
+	quiet := fs.Bool("q", false, "no progress bar and no report on stdout")
+	fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
+	}
+	c.Profiles = splitList(*profiles)
+	c.Modes = splitList(*modes)
+	r, err := browser.ParseResolver(*resolver)
+	if err != nil {
+		return err
+	}
+	c.Resolver = r
+	c.Command = strings.Join(os.Args, " ")
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("run: needs root (network namespaces, nftables, AF_PACKET)")
+	}
+	if err := os.MkdirAll(c.Out, 0o755); err != nil {
+		return err
+	}
+
+	logFile, err := os.Create(filepath.Join(c.Out, "testbed.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	stderrLevel := slog.LevelWarn
+	log := slog.New(slog.NewMultiHandler(
+		slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug}),
+		slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: stderrLevel}),
+	)).With("component", "testbed")
+	// The exact configuration comes first, on the terminal too.
+	fmt.Fprintf(os.Stderr, "testbed: %s\n", c.Command)
+	fmt.Fprintf(os.Stderr, "testbed: corpus=%s pages=%q profiles=%s wired=%q modes=%s runs=%d resolver=%s warm=%v backend=%s page-timeout=%s settle=%s parallel=%d out=%s\n",
+		c.Corpus, c.Pages, strings.Join(c.Profiles, ","), c.Wired, strings.Join(c.Modes, ","), c.Runs, c.Resolver, c.Warm,
+		c.Backend, c.PageTimeout, c.Settle, c.Parallel, c.Out)
+
+	if removed, err := topo.Sweep(); err != nil {
+		log.Warn("sweeping leftovers of killed runs", "err", err)
+	} else if len(removed) > 0 {
+		log.Warn("removed leftovers of killed runs", "paths", removed)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var progress io.Writer = os.Stderr
+	if *quiet {
+		progress = nil
+	}
+	start := time.Now()
+	res, runErr := run.Run(ctx, c, log, progress)
+	if res != nil && len(res.Records) > 0 {
+		md, err := report.Generate(res, c.Out)
+		if err != nil {
+			return errors.Join(runErr, err)
+		}
+		if !*quiet {
+			os.Stdout.Write(md)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "testbed: %s in %s; results in %s\n", outcome(runErr), time.Since(start).Round(time.Second), c.Out)
+	return runErr
+}
+
+func outcome(err error) string {
+	if err != nil {
+		return "failed"
+	}
+	return "done"
+}
+
+func cmdReport(args []string) error {
+	fs := flag.NewFlagSet("testbed report", flag.ExitOnError)
+	in := fs.String("in", "testbed-out", "folder holding results.json")
+	quiet := fs.Bool("q", false, "do not print the report")
+	fs.Parse(args)
+	res, err := report.Read(filepath.Join(*in, "results.json"))
+	if err != nil {
+		return err
+	}
+	md, err := report.Generate(res, *in)
+	if err != nil {
+		return err
+	}
+	if !*quiet {
+		os.Stdout.Write(md)
+	}
+	return nil
+}
+
+func cmdClean() error {
+	removed, err := topo.Sweep()
+	for _, r := range removed {
+		fmt.Println("removed", r)
+	}
+	return err
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,122 @@
+package run
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"pep/testbed/browser"
+)
+
+// Modes the runner knows, in the seed paper's order (direct is its NULL).
+var Modes = []string{"direct", "off", "dns", "url"}
+
+// Config is one testbed run: every page of Pages in every mode, under every
+// profile, Runs times. The zero value is not valid; start from Default.
+type Config struct {
+	// Corpus is "default", a tp5n .tar.gz or directory, or WARC input
+	// (testbed/corpus.Open).
+	Corpus string
+	// Pages selects pages: "" (all), "N" (the first N) or a comma-separated
+	// list of page names (corpus.SelectSpec).
+	Pages string
+	// Profiles are netem profile names or files, emulated on the radio link.
+	Profiles []string
+	// Wired is a netem profile for the link between gw and core; "" means
+	// no emulation there (a plain veth pair).
+	Wired string
+	// Modes to compare, each of Modes.
+	Modes []string
+	// Runs is how many times each mode loads the page list (>= 1).
+	Runs int
+	// Out is the output folder: results.json, report.md, plots, logs.
+	Out string
+	// Warm keeps Squid's cache from one run to the next; without it Squid
+	// starts with an empty cache before every (mode, run) session.
+	Warm bool
+	// Resolver is Chromium's resolver (browser.Resolver).
+	Resolver browser.Resolver
+	// PageTimeout bounds one page load; Settle is the quiet time after
+	// onload (browser.Options).
+	PageTimeout, Settle time.Duration
+	// Backend is the link emulator backend: "auto", "tc" or "userspace".
+	Backend string
+	// Bin is the folder with pepd and pepctl; "" means the folder of the
+	// running executable.
+	Bin string
+	// Chromium is the browser binary; "" means "chromium".
+	Chromium string
+	// Parallel is how many profiles run at once, each in its own
+	// testbed (>= 1). More than 1 shortens a run on a link-bound profile
+	// at the price of CPU contention between the browsers.
+	Parallel int
+	// Command is the command line, recorded in results.json.
+	Command string
+}
+
+// Default returns the default experiment: the embedded corpus under the
+// seed paper's two cells, four modes, three runs.
+func Default() Config {
+	return Config{
+		Corpus: "default", Profiles: []string{"paper-average", "paper-congested"},
+		Modes: slices.Clone(Modes), Runs: 3, Out: "testbed-out", Resolver: browser.ResolverBuiltin,
+		PageTimeout: 3 * time.Minute, Settle: 500 * time.Millisecond, Backend: "auto", Parallel: 1,
+	}
+}
+
+// Validate checks c; errors name the field and quote the bad value.
+func (c Config) Validate() error {
+	if c.Corpus == "" {
+		return fmt.Errorf("run: corpus: empty")
+	}
+	if len(c.Profiles) == 0 {
+		return fmt.Errorf("run: profile: none given")
+	}
+	if len(c.Modes) == 0 {
+		return fmt.Errorf("run: modes: none given")
+	}
+	seen := map[string]bool{}
+	for _, m := range c.Modes {
+		if !slices.Contains(Modes, m) {
+			return fmt.Errorf("run: modes: %q is not one of %s", m, strings.Join(Modes, ", "))
+		}
+		if seen[m] {
+			return fmt.Errorf("run: modes: %q given twice", m)
+		}
+		seen[m] = true
+	}
+	if c.Runs < 1 {
+		return fmt.Errorf("run: runs: %d, want at least 1", c.Runs)
+	}
+	if c.Out == "" {
+		return fmt.Errorf("run: out: empty")
+	}
+	if _, err := browser.ParseResolver(string(c.Resolver)); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	if c.PageTimeout <= 0 {
+		return fmt.Errorf("run: page timeout: %s, want > 0", c.PageTimeout)
+	}
+	if c.Parallel < 1 {
+		return fmt.Errorf("run: parallel: %d, want at least 1", c.Parallel)
+	}
+	return nil
+}
+
+// NeedsPEP reports whether a mode runs through the appliance (pepd and
+// Squid): every mode but direct.
+func NeedsPEP(mode string) bool { return mode != "direct" }
+
+// LogValue logs the exact configuration as one group.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("corpus", c.Corpus), slog.String("pages", c.Pages),
+		slog.String("profiles", strings.Join(c.Profiles, ",")), slog.String("wired", c.Wired),
+		slog.String("modes", strings.Join(c.Modes, ",")), slog.Int("runs", c.Runs),
+		slog.String("out", c.Out), slog.Bool("warm", c.Warm), slog.String("resolver", string(c.Resolver)),
+		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
+		slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel),
+	)
+}

@@ -1,0 +1,201 @@
+package run
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"pep/testbed/topo"
+)
+
+// pepd's listeners inside gw, as configs/pepd.yaml has them.
+const (
+	PepdHTTPPort = 3129             // REDIRECT target for port 80 and VIP:80
+	PepdTLSPort  = 3443             // REDIRECT target for VIP:443 (SNI splice)
+	PepdDNSPort  = 5353             // REDIRECT target for port 53 (dns mode)
+	PepdAdmin    = "127.0.0.1:9090" // admin API: GET/PUT /mode
+)
+
+// pep is pepd running in gw, switched between modes with pepctl.
+type pep struct {
+	b      *Bed
+	bin    string
+	pepctl string
+	proc   *topo.Proc
+}
+
+// binDir is where pepd and pepctl are: dir, or the running executable's
+// folder.
+func binDir(dir string) string {
+	if dir != "" {
+		return dir
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "bin"
+	}
+	return filepath.Dir(exe)
+}
+
+// PepdConfig renders pepd's configuration for a testbed with the given
+// addresses: mode off at start, Squid with the PROXY protocol, every name
+// rewritten in dns mode, the listeners above. It follows the keys of
+// configs/pepd.yaml.
+func PepdConfig(c topo.Config) []byte {
+	return fmt.Appendf(nil, `# pepd for the pep testbed %s (written by testbed/run)
+mode: off
+vip: %s
+subscribers: [%s/%d]
+resolvers: ["%s:53"]
+squid: "%s"
+squid_proxy_protocol: true
+listen:
+  http: ":%d"
+  tls: ":%d"
+  dns: ":%d"
+  admin: "%s"
+dns:
+  rewrite_domains: ["*"]
+log:
+  level: info
+`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin)
+}
+
+func startPEP(ctx context.Context, b *Bed, bin string) (*pep, error) {
+	dir := binDir(bin)
+	p := &pep{b: b, bin: filepath.Join(dir, "pepd"), pepctl: filepath.Join(dir, "pepctl")}
+	for _, f := range []string{p.bin, p.pepctl} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, fmt.Errorf("run: %w (make build)", err)
+		}
+	}
+	conf := filepath.Join(b.work, "pepd.yaml")
+	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config), 0o644); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	proc, err := b.Topo.Start("pepd", b.Topo.Config.GWNS(), filepath.Join(b.logs, "pepd.log"), p.bin, "-config", conf)
+	if err != nil {
+		return nil, err
+	}
+	p.proc = proc
+	err = waitReady(ctx, proc, "pepd", func() error {
+		_, err := p.getMode()
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// getMode asks pepd's admin API for its mode, from inside gw.
+func (p *pep) getMode() (string, error) {
+	var conn net.Conn
+	err := topo.Do(p.b.Topo.Config.GWNS(), func() (err error) {
+		conn, err = net.DialTimeout("tcp4", PepdAdmin, time.Second)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return conn, nil }}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + PepdAdmin + "/mode")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /mode: %s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	return string(body), nil
+}
+
+// setMode switches pepd with `pepctl -admin ADDR mode M` run in gw, and
+// checks the answer of GET /mode.
+func (p *pep) setMode(ctx context.Context, m string) error {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", p.b.Topo.Config.GWNS(), p.pepctl, "-admin", PepdAdmin, "mode", m).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("run: pepctl mode %s: %w: %s", m, err, bytes.TrimSpace(out))
+	}
+	got, err := p.getMode()
+	if err != nil {
+		return fmt.Errorf("run: after pepctl mode %s: %w", m, err)
+	}
+	if !strings.Contains(got, m) {
+		return fmt.Errorf("run: pepctl mode %s: pepd says %q", m, strings.TrimSpace(got))
+	}
+	return nil
+}
+
+// Ruleset renders gw's nftables table for a mode: nothing for direct (the
+// table is deleted: no appliance), else the L4 redirect of the design card
+// with REDIRECT (pepd reads SO_ORIGINAL_DST): TCP 80 from mn to pepd's HTTP
+// listener (the VIP's port 80 included), VIP:443 to the SNI splice, and in
+// dns mode UDP and TCP 53 from mn to pepd's DNS proxy. In the other modes
+// DNS goes to the carrier resolver across the radio link, as the phone
+// sent it. The table is replaced atomically (declare, delete, define).
+func Ruleset(c topo.Config, mode string) string {
+	var b strings.Builder
+	b.WriteString("table ip peptb\ndelete table ip peptb\n")
+	if mode == "direct" {
+		return b.String()
+	}
+	sub := fmt.Sprintf("%s/%d", c.MN, c.RadioBits)
+	fmt.Fprintf(&b, `table ip peptb {
+	chain prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		iifname "%s" ip saddr %s tcp dport 80 counter redirect to :%d
+		iifname "%s" ip saddr %s ip daddr %s tcp dport 443 counter redirect to :%d
+`, topo.IfGWRadio, sub, PepdHTTPPort, topo.IfGWRadio, sub, c.VIP, PepdTLSPort)
+	if mode == "dns" {
+		fmt.Fprintf(&b, "\t\tiifname \"%s\" ip saddr %s meta l4proto { udp, tcp } th dport 53 counter redirect to :%d\n",
+			topo.IfGWRadio, sub, PepdDNSPort)
+	}
+	b.WriteString("\t}\n}\n")
+	return b.String()
+}
+
+// SetMode puts the bed in mode m: gw's nftables table, then pepd's mode
+// (not for direct, where pepd sees no traffic).
+func (b *Bed) SetMode(ctx context.Context, m string) error {
+	if NeedsPEP(m) && b.pep == nil {
+		return fmt.Errorf("run: mode %s needs pepd, which this bed did not start", m)
+	}
+	rules := Ruleset(b.Topo.Config, m)
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", b.Topo.Config.GWNS(), "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("run: nft for mode %s: %w: %s", m, err, bytes.TrimSpace(out))
+	}
+	if NeedsPEP(m) {
+		if err := b.pep.setMode(ctx, m); err != nil {
+			return err
+		}
+	}
+	b.mode = m
+	b.log.Info("mode set", "mode", m)
+	return nil
+}
+
+// ColdCache empties Squid's cache (a restart on a fresh cache folder);
+// with a warm run, it only makes sure Squid runs.
+func (b *Bed) ColdCache(ctx context.Context) error {
+	if b.squid == nil {
+		return nil
+	}
+	if b.squid.warm && b.squid.proc != nil {
+		return nil
+	}
+	return b.squid.start(ctx, !b.squid.warm)
+}

@@ -1,0 +1,279 @@
+// Package run orchestrates a testbed experiment (the seed paper's §4): for
+// each link profile it builds a testbed (topo), emulates the radio link
+// (netem), serves the corpus (origin, dnsmasq), runs Squid and pepd in gw,
+// and for each run and mode loads the page list in a fresh headless
+// Chromium in mn, one record per page (report.Record), reading the radio
+// link's counters around each page. Everything it builds is removed on
+// return, whatever the outcome, and on interrupt (the caller's context).
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"pep/netem"
+	"pep/testbed/browser"
+	"pep/testbed/corpus"
+	"pep/testbed/report"
+)
+
+// Run runs the experiment c describes, writes Out/results.json after every
+// session (so an interrupted run keeps what it measured) and returns the
+// results. progress receives a progress bar (nil: none). Errors of the
+// setup end the run; a page that does not load is a record with
+// Loaded false, not an error.
+func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*report.Results, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	log.Info("testbed configuration", "config", c)
+	if err := os.MkdirAll(filepath.Join(c.Out, "logs"), 0o755); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	corp, err := corpus.Open(c.Corpus)
+	if err != nil {
+		return nil, err
+	}
+	if corp, err = corp.SelectSpec(c.Pages); err != nil {
+		return nil, err
+	}
+	plan, err := corpus.PlanFor(corp, corpus.DefaultPrefix)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range corp.Pages {
+		s := p.Summary()
+		log.Info("page", "name", s.Name, "url", s.URL, "objects", s.Objects, "hosts", s.Hosts, "bytes", s.Bytes)
+	}
+	var profs []netem.Profile
+	for _, name := range c.Profiles {
+		p, err := netem.LoadProfile(name)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("profile", "profile", p)
+		profs = append(profs, p)
+	}
+	var wired *netem.Profile
+	if c.Wired != "" {
+		w, err := netem.LoadProfile(c.Wired)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("wired profile", "profile", w)
+		wired = &w
+	}
+
+	res := &report.Results{Config: report.RunConfig{
+		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: string(c.Resolver), Warm: c.Warm,
+		Backend: c.Backend, VIP: "192.0.2.12", Origins: plan.Prefix.String(), Started: time.Now(),
+		Command: c.Command, PageTimeout: c.PageTimeout.String(),
+		SquidCache: "cold: Squid restarted on an empty cache folder before every (mode, run) session",
+	}}
+	if c.Warm {
+		res.Config.SquidCache = "warm: one Squid for all sessions of a profile, cache kept"
+	}
+	for _, p := range corp.Pages {
+		res.Config.Pages = append(res.Config.Pages, p.Name)
+	}
+	for _, p := range profs {
+		res.Config.Profiles = append(res.Config.Profiles, report.ProfileInfo{
+			Name: p.Name, RTTms: ms(p.RTT()), DownKbit: float64(p.Down.Rate) / 1000, UpKbit: float64(p.Up.Rate) / 1000,
+			Description: p.Description, Exact: p.String(),
+		})
+	}
+
+	total := len(profs) * c.Runs * len(c.Modes) * len(corp.Pages)
+	var bar *progressbar.ProgressBar
+	if progress != nil {
+		bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(progress), progressbar.OptionSetDescription("testbed"),
+			progressbar.OptionShowCount(), progressbar.OptionSetElapsedTime(true), progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+	}
+	var mu sync.Mutex // guards res and the bar
+	save := func(recs []report.Record, backend, ua string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		res.Config.Backend = backend // the same for every profile
+		if res.Config.Browser == "" {
+			res.Config.Browser = ua
+		}
+		res.Records = append(res.Records, recs...)
+		res.Config.Finished = time.Now()
+		return res.Write(filepath.Join(c.Out, "results.json"))
+	}
+	step := func(desc string) {
+		if bar == nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		bar.Describe(desc)
+		bar.Add(1)
+	}
+
+	sem := make(chan struct{}, c.Parallel)
+	var wg sync.WaitGroup
+	errs := make([]error, len(profs))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i, prof := range profs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			errs[i] = runProfile(ctx, c, prof, wired, corp, plan, log, save, step)
+			if errs[i] != nil {
+				cancel() // one broken testbed ends the experiment
+			}
+		}()
+	}
+	wg.Wait()
+	if bar != nil {
+		bar.Finish()
+	}
+	res.Config.Finished = time.Now()
+	var names []string
+	for _, p := range profs {
+		names = append(names, p.Name)
+	}
+	sortRecords(res.Records, names)
+	if err := res.Write(filepath.Join(c.Out, "results.json")); err != nil {
+		return res, err
+	}
+	return res, errors.Join(errs...)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// runProfile builds one testbed for prof and runs every session on it.
+func runProfile(ctx context.Context, c Config, prof netem.Profile, wired *netem.Profile, corp *corpus.Corpus, plan *corpus.Plan,
+	log *slog.Logger, save func(recs []report.Record, backend, ua string) error, step func(string)) error {
+	logs := filepath.Join(c.Out, "logs", prof.Name)
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	needPEP := slices.ContainsFunc(c.Modes, NeedsPEP)
+	bed, err := NewBed(ctx, c, BedOptions{Profile: prof, Wired: wired, Corpus: corp, Plan: plan, NeedPEP: needPEP, Logs: logs}, log)
+	if err != nil {
+		return err
+	}
+	defer bed.Close()
+
+	for run := 1; run <= c.Runs; run++ {
+		for _, m := range c.Modes {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			recs, ua, err := session(ctx, c, bed, m, run, corp, step)
+			if serr := save(recs, bed.Link.Backend().String(), ua); serr != nil && err == nil {
+				err = serr
+			}
+			if err != nil {
+				return fmt.Errorf("run: %s, %s, run %d: %w", prof.Name, m, run, err)
+			}
+		}
+	}
+	return nil
+}
+
+// session is one browser loading every page in order in one mode.
+func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *corpus.Corpus, step func(string)) ([]report.Record, string, error) {
+	if err := bed.SetMode(ctx, m); err != nil {
+		return nil, "", err
+	}
+	if NeedsPEP(m) {
+		if err := bed.ColdCache(ctx); err != nil {
+			return nil, "", err
+		}
+	}
+	s, err := browser.NewSession(ctx, browser.Options{
+		NS: bed.Topo.Config.MNNS(), ExecPath: c.Chromium, Resolver: c.Resolver,
+		PageTimeout: c.PageTimeout, Settle: c.Settle, IgnoreCertErrors: true,
+		Log: bed.log.With("mode", m, "run", run),
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	defer s.Close()
+	vip := bed.Topo.Config.VIP
+	var recs []report.Record
+	for seq, pg := range corp.Pages {
+		step(fmt.Sprintf("%s %s run %d %s", bed.Profile.Name, m, run, pg.Name))
+		bed.Link.ResetCounters()
+		bed.Origin.ResetStats()
+		p, err := s.Load(ctx, pg.URL)
+		if err != nil {
+			return recs, s.UserAgent(), err
+		}
+		lc := bed.Link.Counters()
+		st := bed.Origin.Stats()
+		r := report.Record{
+			Mode: m, Profile: bed.Profile.Name, Run: run, Page: pg.Name, URL: pg.URL, Seq: seq,
+			Loaded: p.Loaded, Error: p.Err, PLTms: ms(p.PLT), DCLms: ms(p.DCL),
+			Bytes: p.Bytes, Requests: p.Requests, Failed: p.Failed, HTTPErrors: p.HTTPErrors,
+			DocHosts: len(p.DocHosts), Hosts: len(p.Hosts),
+			SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries),
+			LinkUpBytes: int64(lc.Up.Bytes), LinkDnBytes: int64(lc.Down.Bytes), LinkDrops: int(lc.Up.Drops + lc.Down.Drops),
+			Origin404: int(st.Misses), Resolver: string(c.Resolver), Warm: c.Warm, WallMs: ms(p.Wall),
+			ConnsByDst: map[string]int{},
+		}
+		for a, n := range lc.Up.ConnsByDst {
+			r.ConnsByDst[a.String()] = int(n)
+			switch {
+			case a == vip:
+				r.VIPConns += int(n)
+			case bed.Plan.Prefix.Contains(a):
+				r.OriginConns += int(n)
+			default:
+				r.OtherConns += int(n)
+			}
+		}
+		recs = append(recs, r)
+	}
+	return recs, s.UserAgent(), nil
+}
+
+// sortRecords orders records by profile (in the order of profiles), run,
+// mode (paper order) and page sequence, so that results.json reads like
+// the sessions.
+func sortRecords(recs []report.Record, profiles []string) {
+	rank := map[string]int{}
+	for i, m := range Modes {
+		rank[m] = i
+	}
+	prank := map[string]int{}
+	for i, p := range profiles {
+		prank[p] = i
+	}
+	sort.SliceStable(recs, func(i, j int) bool {
+		a, b := recs[i], recs[j]
+		if a.Profile != b.Profile {
+			return prank[a.Profile] < prank[b.Profile]
+		}
+		if a.Run != b.Run {
+			return a.Run < b.Run
+		}
+		if a.Mode != b.Mode {
+			return rank[a.Mode] < rank[b.Mode]
+		}
+		return a.Seq < b.Seq
+	})
+}
