@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
@@ -258,3 +259,5 @@ func get(c *http.Client, url string) (string, error) {
 	}
 	return string(b), nil
 }
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -1,9 +1,12 @@
 package deploy
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -315,9 +318,48 @@ func notifyHelper() {
 	}
 }
 
+// standinHelper is a minimal transparent HTTP proxy standing in for pepd
+// (PEP_FAILOPEN_STANDIN=1) so that the fail-open harness can be checked on
+// its own: a TPROXY listener on :3130 that forwards each request to its
+// original destination, with READY=1 and watchdog pings like pepd's.
+func standinHelper() {
+	lc := net.ListenConfig{Control: setTransparent}
+	l, err := lc.Listen(context.Background(), "tcp4", ":"+strconv.Itoa(tproxyPort))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "standin:", err)
+		os.Exit(1)
+	}
+	tr := &http.Transport{DisableKeepAlives: true}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		orig := r.Context().Value(http.LocalAddrContextKey).(net.Addr).String()
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, "http://"+orig+r.URL.RequestURI(), nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+	})
+	if iv, _ := daemon.SdWatchdogEnabled(false); iv > 0 {
+		go func() {
+			for range time.Tick(iv / 2) {
+				daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+			}
+		}()
+	}
+	daemon.SdNotify(false, daemon.SdNotifyReady)
+	http.Serve(l, h)
+}
+
 func TestMain(m *testing.M) {
-	if os.Getenv("PEP6_HELPER") == "notify" {
+	switch os.Getenv("PEP6_HELPER") {
+	case "notify":
 		notifyHelper()
+		return
+	case "standin":
+		standinHelper()
 		return
 	}
 	os.Exit(m.Run())
