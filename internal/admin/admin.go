@@ -1,0 +1,154 @@
+// Package admin is pepd's operator API, served on listen.admin (loopback by
+// default; it has no authentication, so never expose it to subscribers):
+//
+//	GET  /mode     the current mode: "url\n", or {"mode":"url"} with Accept: application/json
+//	PUT  /mode     switch mode; body "dns" (text/plain) or {"mode":"dns"} (application/json);
+//	               answers the new and the previous mode. POST is accepted as well.
+//	GET  /metrics  Prometheus metrics
+//	GET  /healthz  200 "ok" when the HTTP listener answers, 503 and the error otherwise
+//
+// A mode switch takes effect for the next request and DNS query; open
+// connections stay open (mode.Switch).
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"pep/internal/mode"
+)
+
+// Options configure the admin Handler.
+type Options struct {
+	// Mode is the switch /mode reads and writes. Required.
+	Mode *mode.Switch
+	// Gatherer serves /metrics. Nil: prometheus.DefaultGatherer.
+	Gatherer prometheus.Gatherer
+	// Health is /healthz's check, run with a 2s deadline. Nil: always
+	// healthy.
+	Health func(context.Context) error
+	// Log records mode changes. Nil discards.
+	Log *slog.Logger
+}
+
+// ModeBody is the JSON shape of /mode requests and answers.
+type ModeBody struct {
+	Mode     mode.Mode  `json:"mode"`
+	Previous *mode.Mode `json:"previous,omitempty"`
+}
+
+// Handler returns the admin API's handler.
+func Handler(o Options) http.Handler {
+	if o.Gatherer == nil {
+		o.Gatherer = prometheus.DefaultGatherer
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	log := o.Log.With("component", "admin")
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if o.Health != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := o.Health(ctx); err != nil {
+				http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /mode", func(w http.ResponseWriter, r *http.Request) {
+		writeMode(w, r, ModeBody{Mode: o.Mode.Get()})
+	})
+	put := func(w http.ResponseWriter, r *http.Request) {
+		m, err := readMode(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		prev := o.Mode.Set(m)
+		if prev != m {
+			log.Info("mode switched", "mode", m, "previous", prev, "by", r.RemoteAddr)
+		}
+		writeMode(w, r, ModeBody{Mode: m, Previous: &prev})
+	}
+	mux.HandleFunc("PUT /mode", put)
+	mux.HandleFunc("POST /mode", put)
+	return mux
+}
+
+// readMode parses a PUT /mode body: JSON {"mode":"url"} when the content
+// type is application/json or the body starts with '{', plain text
+// otherwise.
+func readMode(r *http.Request) (mode.Mode, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1024))
+	if err != nil {
+		return 0, fmt.Errorf("admin: reading body: %w", err)
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	s := strings.TrimSpace(string(b))
+	if ct == "application/json" || strings.HasPrefix(s, "{") {
+		var body struct {
+			Mode *mode.Mode `json:"mode"`
+		}
+		if err := json.Unmarshal(b, &body); err != nil {
+			return 0, fmt.Errorf("admin: body %q: %w", s, err)
+		}
+		if body.Mode == nil {
+			return 0, errors.New(`admin: body has no "mode"`)
+		}
+		return *body.Mode, nil
+	}
+	return mode.Parse(s)
+}
+
+func writeMode(w http.ResponseWriter, r *http.Request, b ModeBody) {
+	if strings.Contains(r.Header.Get("Accept"), "application/json") {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(b)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if b.Previous != nil {
+		fmt.Fprintf(w, "%s (was %s)\n", b.Mode, *b.Previous)
+		return
+	}
+	fmt.Fprintf(w, "%s\n", b.Mode)
+}
+
+// RegisterMetrics registers pep_admin_mode{mode} (1 for the current mode,
+// 0 for the others) and pep_admin_mode_changes_total with reg.
+func RegisterMetrics(reg prometheus.Registerer, sw *mode.Switch) error {
+	for _, m := range mode.All {
+		g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "pep", Subsystem: "admin", Name: "mode",
+			Help:        "The current run-time mode (1) and the others (0).",
+			ConstLabels: prometheus.Labels{"mode": m.String()},
+		}, func() float64 {
+			if sw.Get() == m {
+				return 1
+			}
+			return 0
+		})
+		if err := reg.Register(g); err != nil {
+			return err
+		}
+	}
+	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "pep", Subsystem: "admin", Name: "mode_changes_total",
+		Help: "Mode switches since start (admin API, pepctl, SIGHUP).",
+	}, func() float64 { return float64(sw.Changes()) }))
+}
