@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -206,7 +207,9 @@ func ParseProfile(file string, data []byte) (Profile, error) {
 	base := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(strings.TrimPrefix(file, "builtin:")), ".yaml"), ".yml")
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return p, &ProfileError{File: file, Err: errors.New("empty file")}
+	} else if err != nil {
 		return p, &ProfileError{File: file, Line: yamlErrLine(err), Err: fmt.Errorf("not valid YAML: %w", err)}
 	}
 	pr := &parser{file: file}

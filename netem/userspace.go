@@ -46,6 +46,7 @@ func openPacket(ns, ifname string) (*os.File, error) {
 		}{
 			{unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1, "PACKET_VNET_HDR"},
 			{unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING"},
+			{unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1, "SO_TIMESTAMPNS"},
 			{unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8 << 20, "SO_RCVBUFFORCE"},
 			{unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8 << 20, "SO_SNDBUFFORCE"},
 		} {
@@ -202,8 +203,24 @@ func (pu *pump) snapshot() DirCounters {
 
 func (pu *pump) readLoop() {
 	buf := make([]byte, maxFrame)
+	oob := make([]byte, 64)
+	rc, err := pu.in.SyscallConn()
+	if err != nil {
+		pu.log.Error("read stopped", "err", err)
+		return
+	}
+	originWall := pu.origin.UnixNano()
+	var last time.Duration
 	for {
-		n, err := pu.in.Read(buf)
+		var n, oobn int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, 0)
+			return rerr != unix.EAGAIN
+		})
+		if err == nil {
+			err = rerr
+		}
 		if err != nil {
 			select {
 			case <-pu.done:
@@ -215,7 +232,9 @@ func (pu *pump) readLoop() {
 		if n <= vnetHdrLen {
 			continue
 		}
-		now := time.Since(pu.origin)
+		now := arrival(oob[:oobn], originWall, time.Since(pu.origin))
+		now = max(now, last)
+		last = now
 		info := classify(buf[vnetHdrLen:n])
 		info.gso = buf[1] != 0 // virtio_net_hdr.gso_type
 		if !info.ip {
@@ -265,8 +284,41 @@ func (pu *pump) readLoop() {
 	}
 }
 
+// arrival is when the kernel received the frame (SCM_TIMESTAMPNS, socket(7)),
+// as an offset from the pump's origin, so that a reader the scheduler ran
+// late still feeds the Scheduler true arrival times and does not turn a
+// delay of its own into a burst. Without a usable timestamp (absent, from
+// the future, or over a second old, e.g. the wall clock was stepped) it is now.
+func arrival(oob []byte, originWall int64, now time.Duration) time.Duration {
+	const hdr = 16 // struct cmsghdr on 64-bit: len uint64, level int32, type int32
+	for len(oob) >= hdr {
+		l := int(binary.NativeEndian.Uint64(oob[0:8]))
+		level := int32(binary.NativeEndian.Uint32(oob[8:12]))
+		typ := int32(binary.NativeEndian.Uint32(oob[12:16]))
+		if l < hdr || l > len(oob) {
+			break
+		}
+		if level == unix.SOL_SOCKET && typ == unix.SO_TIMESTAMPNS && l >= hdr+16 {
+			sec := int64(binary.NativeEndian.Uint64(oob[hdr : hdr+8]))
+			nsec := int64(binary.NativeEndian.Uint64(oob[hdr+8 : hdr+16]))
+			at := time.Duration(sec*1e9 + nsec - originWall)
+			if at <= now && at > now-time.Second {
+				return at
+			}
+			return now
+		}
+		oob = oob[(l+7)&^7:]
+	}
+	return now
+}
+
 func (pu *pump) write(frame []byte) {
 	if _, err := pu.out.Write(frame); err != nil {
+		select {
+		case <-pu.done:
+			return // closing
+		default:
+		}
 		pu.mu.Lock()
 		pu.writeErr++
 		first := pu.writeErr == 1

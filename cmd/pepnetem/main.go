@@ -56,8 +56,14 @@ func run(args []string, out io.Writer, log *slog.Logger) error {
 	every := fs.Duration("every", 0, "log counters this often (0: only on exit)")
 	quick := fs.Bool("quick", false, "calibrate: the short subset run by make test")
 	profiles := fs.String("profiles", "", "calibrate: comma-separated profiles (default: the full or quick set)")
+	nice := fs.Int("nice", -10, "run, calibrate: nice value of this process, so that packets leave on time on a busy machine")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if cmd == "run" || cmd == "calibrate" {
+		if err := netem.Renice(*nice); err != nil {
+			log.Warn("renice failed: timing may suffer on a busy machine", "err", err)
+		}
 	}
 	be, err := netem.ParseBackend(*backend)
 	if err != nil {
