@@ -34,15 +34,16 @@ const (
 // Reasons an answer to a matching name is passed unchanged; the "reason"
 // label of pep_dns_passthrough_total (with those of Policy.Match).
 const (
-	SkipRcode    = "rcode"     // NXDOMAIN, SERVFAIL, REFUSED, ...
-	SkipNoData   = "nodata"    // no record of the asked type at the end of the chain
-	SkipSigned   = "signed"    // AD set or RRSIG present (RFC 4035)
-	SkipDO       = "do_bit"    // the query asked for DNSSEC records
-	SkipType     = "type"      // a type the rewriter leaves alone
-	SkipTrunc    = "truncated" // the upstream answer has TC
-	SkipQuestion = "question"  // the answer's question is not the query's
-	SkipAAAAPass = "aaaa_pass" // AAAA with dns.aaaa: pass
-	SkipMode     = "mode"      // pepd is not in dns mode
+	SkipRcode    = "rcode"      // NXDOMAIN, SERVFAIL, REFUSED, ...
+	SkipNoData   = "nodata"     // no record of the asked type at the end of the chain
+	SkipSigned   = "signed"     // AD set or RRSIG present (RFC 4035)
+	SkipDO       = "do_bit"     // the query asked for DNSSEC records
+	SkipType     = "type"       // a type the rewriter leaves alone
+	SkipTrunc    = "truncated"  // the upstream answer has TC
+	SkipQuestion = "question"   // the answer's question is not the query's
+	SkipAAAAPass = "aaaa_pass"  // AAAA with dns.aaaa: pass
+	SkipMode     = "mode"       // pepd is not in dns mode
+	SkipPack     = "unpackable" // the rewritten answer would not pack (a record miekg/dns reads but cannot write)
 )
 
 // Rewriter rewrites answers for names the Policy matched (seed paper §3.2,
@@ -73,7 +74,19 @@ type Rewriter struct {
 // r.TTL (RFC 2181 §5.2). AAAA and HTTPS follow r.AAAA and r.HTTPS. The
 // answer never carries AD. Rcodes other than NOERROR, NODATA, DO-bit
 // queries, signed answers and other types come back as (nil, reason).
+// A returned message always packs.
 func (r *Rewriter) Rewrite(q, resp *dns.Msg) (*dns.Msg, string) {
+	out, skip := r.rewrite(q, resp)
+	if out == nil {
+		return nil, skip
+	}
+	if _, err := out.Pack(); err != nil {
+		return nil, SkipPack
+	}
+	return out, ""
+}
+
+func (r *Rewriter) rewrite(q, resp *dns.Msg) (*dns.Msg, string) {
 	if len(q.Question) != 1 || len(resp.Question) != 1 {
 		return nil, SkipQuestion
 	}
@@ -253,13 +266,27 @@ func (r *Rewriter) filter(resp *dns.Msg, final string, t uint16) (*dns.Msg, stri
 	ttl := r.ttlFor(origin)
 	out.Ns = []dns.RR{&dns.SOA{
 		Hdr: dns.RR_Header{Name: final, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: ttl},
-		Ns:  final, Mbox: "hostmaster." + final, Serial: 1,
+		Ns:  final, Mbox: mbox(final), Serial: 1,
 		Refresh: 3600, Retry: 600, Expire: 86400, Minttl: ttl,
 	}}
 	// Additional records described the removed records' targets.
 	out.Extra = slices.DeleteFunc(out.Extra, func(rr dns.RR) bool { return rr.Header().Rrtype != dns.TypeOPT })
 	out.AuthenticatedData = false
 	return out, ""
+}
+
+// mbox returns the SOA RNAME for a synthesized SOA owned by name:
+// hostmaster.<name>, or name itself where that would not be a valid name
+// (the root, a name near the 255-byte limit).
+func mbox(name string) string {
+	m := "hostmaster." + name
+	if name == "." || len(m) > 254 {
+		return name
+	}
+	if _, ok := dns.IsDomainName(m); !ok {
+		return name
+	}
+	return m
 }
 
 // hints makes the HTTPS records of a rewritten name consistent with its
