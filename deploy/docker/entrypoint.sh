@@ -1,0 +1,63 @@
+#!/bin/sh
+# Entry point of pep's compose testbed containers: sets up DESIGN.md's
+# addresses on the interfaces compose gave the container, then runs the
+# role. Roles: core, linkem, gateway, client. Environment (docker-compose.yml):
+#   PROFILE  radio profile (linkem), MODES, RUNS, PAGES, CORPUS (client)
+set -eu
+role=${1:?role}
+log() { echo "pep-$role: $*" >&2; }
+
+# ifname_for ADDR: the interface holding ADDR (compose's static addresses).
+ifname_for() { ip -o -4 addr show | awk -v a="$1" '$4 ~ "^"a"/" {print $2; exit}'; }
+
+case $role in
+core)
+	# The origin block (one address per corpus hostname) is routed to core
+	# by the gateway; AnyIP: every address in it is local here.
+	ip route add local 198.19.0.0/16 dev lo
+	ip route replace default via 198.18.1.1
+	mkdir -p /run/pep
+	replay -corpus "${CORPUS:-default}" -http 0.0.0.0:80 -https 0.0.0.0:443 \
+		-ca-out /run/pep/ca.pem -dnsmasq-conf /run/pep/dnsmasq.conf -prefix 198.19.0.0/16 &
+	while [ ! -s /run/pep/dnsmasq.conf ]; do sleep 0.2; done
+	exec dnsmasq --keep-in-foreground --conf-file=/run/pep/dnsmasq.conf --listen-address=198.18.1.2 --bind-interfaces
+	;;
+linkem)
+	a=$(ifname_for 198.18.0.3); b=$(ifname_for 198.18.0.130)
+	# A bump in the wire: no addresses, no forwarding of its own.
+	ip addr flush dev "$a"; ip addr flush dev "$b"
+	for i in "$a" "$b"; do ethtool -K "$i" gro off gso off tso off 2>/dev/null || true; done
+	log "radio link $a <-> $b, profile ${PROFILE:-paper-average}"
+	exec pepnetem run -a "$a" -b "$b" -every 10s "/usr/share/pep/profiles/${PROFILE:-paper-average}.yaml"
+	;;
+gateway)
+	r=$(ifname_for 198.18.0.129); w=$(ifname_for 198.18.1.1)
+	ip addr add 198.18.0.1/24 dev "$r"
+	ip link set "$r" name sub0 2>/dev/null && r=sub0 || log "cannot rename $r to sub0: rendering the ruleset for $r"
+	ip route add 198.19.0.0/16 via 198.18.1.2
+	sysctl -q -w net.ipv4.ip_forward=1 net.ipv4.tcp_slow_start_after_idle=0
+	pep-gateway render -sub-if "$r" > /run/pep-gateway.nft
+	for c in $(pep-gateway routes | tr ' ' '~'); do c=$(echo "$c" | tr '~' ' '); $c 2>/dev/null || true; done
+	nft -f /run/pep-gateway.nft
+	pep-gateway dns-guard -probe 127.0.0.1:5353 &
+	squid -z -N -f /etc/squid/squid.conf >/dev/null 2>&1 || true
+	squid -f /etc/squid/squid.conf
+	exec pepd -config /etc/pep/configs/pepd.yaml -squid 127.0.0.1:3128 \
+		-listen-tproxy :3130 -admin-listen 0.0.0.0:9090
+	;;
+client)
+	e=$(ifname_for 198.18.0.2)
+	ip addr del 198.18.0.2/25 dev "$e"; ip addr add 198.18.0.2/24 dev "$e"
+	ip route replace default via 198.18.0.1
+	echo "nameserver 198.18.1.2" > /etc/resolv.conf
+	mkdir -p /out
+	# The runner drives an existing topology: modes through pepd's admin
+	# API, link counters from the emulator. See docs/operations.md
+	# "docker-compose testbed" for the interface it needs.
+	exec testbed run -topology external -gw-admin http://198.18.1.1:9090 \
+		-corpus "${CORPUS:-default}" -profile "${PROFILE:-paper-average}" \
+		-modes "${MODES:-direct,off,dns,url}" -runs "${RUNS:-1}" -pages "${PAGES:-}" -out /out
+	;;
+*)
+	log "unknown role"; exit 2 ;;
+esac
