@@ -1,0 +1,381 @@
+// Command pepd is the appliance's one process (DESIGN.md "pepd"): the HTTP
+// path in front of Squid (internal/httpproxy) with its listeners for
+// nftables REDIRECT and TPROXY (internal/intercept), the admin API
+// (internal/admin), and the run-time mode switch.
+//
+//	pepd -config /etc/pep/pepd.yaml [-mode url] [-http-listen :3129] ...
+//
+// Flags override the file (internal/config). Signals: SIGHUP reloads the
+// config file (see reload for what changes without a restart); SIGTERM and
+// SIGINT shut down gracefully (requests in flight get 10s). Under systemd
+// (Type=notify) pepd sends READY=1 once every listener is up, and, when
+// WatchdogSec is set, WATCHDOG=1 only while its HTTP listener answers a
+// real request (httpproxy.Check): a hung pepd stops pinging and systemd
+// restarts it.
+//
+// main only wires: each component is built in build, started in start,
+// reloaded in reload and stopped in shutdown.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"reflect"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"pep/internal/admin"
+	"pep/internal/config"
+	"pep/internal/guard"
+	"pep/internal/httpproxy"
+	"pep/internal/intercept"
+	"pep/internal/mode"
+	"pep/internal/rewrite"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// run is main with its arguments and error stream, returning the exit
+// status: 0 after a clean shutdown, 1 on a runtime error, 2 on bad flags
+// or config.
+func run(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pepd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	flags := config.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := loadConfig(flags)
+	if err != nil {
+		fmt.Fprintf(stderr, "pepd: %v\n", err)
+		return 2
+	}
+	level := new(slog.LevelVar)
+	log := newLogger(stderr, cfg.Log, level)
+
+	d, err := build(cfg, log, level)
+	if err != nil {
+		log.Error("startup failed", "err", err)
+		return 1
+	}
+	if err := d.start(); err != nil {
+		log.Error("startup failed", "err", err)
+		d.shutdown()
+		return 1
+	}
+	log.Info("pepd started", "mode", cfg.Mode, "vip", cfg.VIP, "http", cfg.Listen.HTTP, "tproxy", cfg.Listen.TPROXY,
+		"admin", cfg.Listen.Admin, "squid", cfg.Squid, "proxy_protocol", cfg.SquidProxyProtocol)
+	daemon.SdNotify(false, daemon.SdNotifyReady)
+
+	ctx, stopWatchdog := context.WithCancel(context.Background())
+	go d.watchdog(ctx)
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	status := 0
+loop:
+	for {
+		select {
+		case sig := <-sigs:
+			if sig != syscall.SIGHUP {
+				log.Info("shutting down", "signal", sig)
+				break loop
+			}
+			daemon.SdNotify(false, daemon.SdNotifyReloading)
+			if err := d.reload(flags); err != nil {
+				log.Error("reload failed; keeping the running config", "err", err)
+			}
+			daemon.SdNotify(false, daemon.SdNotifyReady)
+		case err := <-d.errc:
+			log.Error("a server failed", "err", err)
+			status = 1
+			break loop
+		}
+	}
+	daemon.SdNotify(false, daemon.SdNotifyStopping)
+	stopWatchdog()
+	d.shutdown()
+	return status
+}
+
+// loadConfig reads the file named by -config (or takes the defaults) and
+// applies the flags given.
+func loadConfig(f *config.Flags) (*config.Config, error) {
+	var cfg *config.Config
+	if f.Config != "" {
+		c, err := config.Load(f.Config)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	} else {
+		c := config.Default()
+		cfg = &c
+	}
+	if err := f.Apply(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func newLogger(w io.Writer, c config.Log, level *slog.LevelVar) *slog.Logger {
+	level.Set(parseLevel(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func parseLevel(s string) slog.Level {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(s)) // validated by config
+	return l
+}
+
+// service is one server pepd runs: serve blocks until shutdown is called
+// (and returns nil or http.ErrServerClosed then).
+type service struct {
+	name     string
+	serve    func() error
+	shutdown func(context.Context) error
+}
+
+// pepd is the running process: its config and components.
+type pepd struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	level    *slog.LevelVar
+	reg      *prometheus.Registry
+	mode     *mode.Switch
+	rwm      *rewrite.Metrics
+	proxy    *httpproxy.Proxy
+	httpSrv  *httpproxy.Server
+	healthAt string // the address the watchdog probes
+
+	// services are started by start and stopped by shutdown, in order.
+	services []service
+	// reloaders apply a new config to a component on SIGHUP.
+	reloaders []func(*config.Config) error
+	errc      chan error
+}
+
+// build creates every component from cfg and opens the listeners (so that
+// a port in use fails the start, before READY=1). Adding a component: open
+// its listener here, append a service (start/stop) and, if SIGHUP changes
+// it, a reloader.
+func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, error) {
+	d := &pepd{cfg: cfg, log: log, level: level, reg: prometheus.NewRegistry(), mode: mode.NewSwitch(cfg.Mode), errc: make(chan error, 8)}
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := admin.RegisterMetrics(d.reg, d.mode); err != nil {
+		return nil, err
+	}
+
+	// HTTP path.
+	hm, err := httpproxy.NewMetrics(d.reg)
+	if err != nil {
+		return nil, err
+	}
+	if d.rwm, err = rewrite.NewMetrics(d.reg); err != nil {
+		return nil, err
+	}
+	st, err := d.httpSettings(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.proxy, err = httpproxy.New(httpproxy.Options{
+		VIP: cfg.VIP, Squid: cfg.Squid, SquidProxyProtocol: cfg.SquidProxyProtocol,
+		UpstreamTimeout: cfg.HTTP.UpstreamTimeout, Mode: d.mode, Log: log, Metrics: hm, Settings: st,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.httpSrv = httpproxy.NewServer(d.proxy, httpproxy.Limits{
+		MaxHeaderBytes: int(cfg.HTTP.MaxHeaderBytes), ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
+		IdleTimeout: cfg.HTTP.IdleTimeout, MaxConns: cfg.HTTP.MaxConns,
+	}, log, hm)
+	// Shutdown of the HTTP server closes its listeners and waits for the
+	// requests in flight, so it comes first.
+	d.services = append(d.services, service{name: "http", serve: func() error { return nil }, shutdown: d.httpSrv.Shutdown})
+	for _, l := range []struct {
+		addr string
+		kind intercept.Kind
+	}{{cfg.Listen.HTTP, intercept.Redirect}, {cfg.Listen.TPROXY, intercept.TPROXY}} {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := intercept.Listen(context.Background(), l.kind, l.addr)
+		if err != nil {
+			d.closeListeners()
+			return nil, err
+		}
+		if d.healthAt == "" {
+			d.healthAt = ln.Addr().String()
+		}
+		d.services = append(d.services, service{
+			name:     "http-" + l.kind.String() + " " + ln.Addr().String(),
+			serve:    func() error { return d.httpSrv.Serve(ln) },
+			shutdown: func(context.Context) error { return ln.Close() },
+		})
+	}
+	d.reloaders = append(d.reloaders, func(c *config.Config) error {
+		st, err := d.httpSettings(c)
+		if err != nil {
+			return err
+		}
+		return d.proxy.Reload(st)
+	})
+
+	// Admin API.
+	if cfg.Listen.Admin != "" {
+		ln, err := net.Listen("tcp", cfg.Listen.Admin)
+		if err != nil {
+			d.closeListeners()
+			return nil, fmt.Errorf("admin: listen %q: %w", cfg.Listen.Admin, err)
+		}
+		srv := &http.Server{Handler: admin.Handler(admin.Options{Mode: d.mode, Gatherer: d.reg, Health: d.health, Log: log}),
+			ReadHeaderTimeout: 5 * time.Second}
+		d.services = append(d.services, service{name: "admin " + ln.Addr().String(),
+			serve: func() error { return srv.Serve(ln) }, shutdown: srv.Shutdown})
+	}
+	return d, nil
+}
+
+// httpSettings builds the HTTP path's reloadable settings from c.
+func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
+	self, err := guard.LocalAddrs()
+	if err != nil {
+		return httpproxy.Settings{}, err
+	}
+	self = append(self, c.VIP)
+	if c.VIP6.IsValid() {
+		self = append(self, c.VIP6)
+	}
+	rw, err := rewrite.New(c.VIP.String(), rewrite.Config{MaxBodyBytes: int64(c.Rewrite.MaxBodyBytes)}, d.log, d.rwm)
+	if err != nil {
+		return httpproxy.Settings{}, err
+	}
+	return httpproxy.Settings{
+		Policy: guard.New(guard.Options{Subscribers: c.Subscribers, AllowedPorts: c.Guard.AllowedPorts,
+			Self: self, Allow: c.Guard.Allow, Deny: c.Guard.Deny}),
+		Resolver:     &httpproxy.Resolver{Servers: c.Resolvers, Timeout: c.DNS.Timeout},
+		Rewriter:     rw,
+		HostMismatch: c.HTTP.HostMismatch,
+	}, nil
+}
+
+func (d *pepd) closeListeners() {
+	for _, s := range d.services {
+		s.shutdown(context.Background())
+	}
+}
+
+// start runs every service in its own goroutine; a service that stops on
+// its own is reported on d.errc.
+func (d *pepd) start() error {
+	for _, s := range d.services {
+		go func() {
+			err := s.serve()
+			if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+				d.errc <- fmt.Errorf("%s: %w", s.name, err)
+			}
+		}()
+	}
+	return nil
+}
+
+// shutdown stops the services in order, giving requests in flight 10s.
+func (d *pepd) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, s := range d.services {
+		if err := s.shutdown(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
+			d.log.Warn("shutdown", "service", s.name, "err", err)
+		}
+	}
+	d.proxy.Close()
+}
+
+// reload reads the config again (same file, same flags) and applies what
+// can change without a restart: mode, log level, subscribers, guard.*,
+// resolvers, rewrite.max_body_bytes, http.host_mismatch, and each
+// component's reloader. Listen addresses, vip, squid, squid_proxy_protocol
+// and the http limits need a restart; a change to them is logged and
+// ignored.
+func (d *pepd) reload(f *config.Flags) error {
+	c, err := loadConfig(f)
+	if err != nil {
+		return err
+	}
+	for _, r := range d.reloaders {
+		if err := r(c); err != nil {
+			return err
+		}
+	}
+	restart := map[string][2]any{
+		"listen": {d.cfg.Listen, c.Listen}, "vip": {d.cfg.VIP, c.VIP}, "squid": {d.cfg.Squid, c.Squid},
+		"squid_proxy_protocol":     {d.cfg.SquidProxyProtocol, c.SquidProxyProtocol},
+		"http.max_header_bytes":    {d.cfg.HTTP.MaxHeaderBytes, c.HTTP.MaxHeaderBytes},
+		"http.read_header_timeout": {d.cfg.HTTP.ReadHeaderTimeout, c.HTTP.ReadHeaderTimeout},
+		"http.idle_timeout":        {d.cfg.HTTP.IdleTimeout, c.HTTP.IdleTimeout},
+		"http.upstream_timeout":    {d.cfg.HTTP.UpstreamTimeout, c.HTTP.UpstreamTimeout},
+		"http.max_conns":           {d.cfg.HTTP.MaxConns, c.HTTP.MaxConns}, "log.format": {d.cfg.Log.Format, c.Log.Format},
+	}
+	for k, v := range restart {
+		if !reflect.DeepEqual(v[0], v[1]) {
+			d.log.Warn("setting changed in the config needs a restart; still using the old value", "field", k, "old", v[0], "new", v[1])
+		}
+	}
+	prev := d.mode.Set(c.Mode)
+	d.level.Set(parseLevel(c.Log.Level))
+	d.log.Info("config reloaded", "mode", c.Mode, "previous_mode", prev)
+	return nil
+}
+
+// health is the admin API's /healthz: the HTTP listener answers.
+func (d *pepd) health(ctx context.Context) error {
+	if d.healthAt == "" {
+		return nil
+	}
+	return httpproxy.Check(ctx, d.healthAt)
+}
+
+// watchdog sends WATCHDOG=1 at a third of systemd's WatchdogSec, but only
+// after a health check of the HTTP listener passed within that third.
+func (d *pepd) watchdog(ctx context.Context) {
+	interval, err := daemon.SdWatchdogEnabled(false)
+	if err != nil || interval == 0 {
+		return
+	}
+	tick := time.NewTicker(interval / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, interval/3)
+		err := d.health(cctx)
+		cancel()
+		if err != nil {
+			d.log.Error("health check failed; withholding the watchdog ping", "err", err)
+			continue
+		}
+		daemon.SdNotify(false, daemon.SdNotifyWatchdog)
+	}
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestProcess runs the pepd binary: it starts from a config file, answers
+// /healthz, switches mode through the admin API, reloads the file's mode on
+// SIGHUP, and exits 0 on SIGTERM.
+func TestProcess(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pepd")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	admin, httpAddr := freePort(t), freePort(t)
+	cfgFile := filepath.Join(dir, "pepd.yaml")
+	writeCfg := func(mode string) {
+		cfg := "mode: " + mode + "\nsubscribers: [198.18.0.0/24]\nresolvers: [127.0.0.1:53]\nsquid: 127.0.0.1:3128\n" +
+			"listen:\n  http: " + httpAddr + "\n  dns: \"\"\n  admin: " + admin + "\n"
+		if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCfg("off")
+	cmd := exec.Command(bin, "-config", cfgFile)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// Readiness: pepd logs "pepd started" once its listeners are up.
+	logs := make(chan string, 100)
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := stderr.Read(b)
+			if n > 0 {
+				logs <- string(b[:n])
+			}
+			if err != nil {
+				close(logs)
+				return
+			}
+		}
+	}()
+	var all strings.Builder
+	for !strings.Contains(all.String(), "pepd started") {
+		select {
+		case l, ok := <-logs:
+			if !ok {
+				t.Fatalf("pepd exited:\n%s", all.String())
+			}
+			all.WriteString(l)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("pepd did not start:\n%s", all.String())
+		}
+	}
+	get := func(path string) string {
+		resp, err := http.Get("http://" + admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if got := get("/healthz"); got != "ok\n" {
+		t.Errorf("/healthz = %q", got)
+	}
+	req, _ := http.NewRequest("PUT", "http://"+admin+"/mode", strings.NewReader("dns"))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PUT /mode: %v %v", resp, err)
+	}
+	if got := get("/mode"); got != "dns\n" {
+		t.Errorf("after PUT: mode %q, want dns", got)
+	}
+	writeCfg("url")
+	cmd.Process.Signal(syscall.SIGHUP)
+	for !strings.Contains(all.String(), "config reloaded") {
+		l, ok := <-logs
+		if !ok {
+			t.Fatalf("pepd exited:\n%s", all.String())
+		}
+		all.WriteString(l)
+	}
+	if got := get("/mode"); got != "url\n" {
+		t.Errorf("after SIGHUP: mode %q, want url", got)
+	}
+	if got := get("/metrics"); !strings.Contains(got, `pep_admin_mode{mode="url"} 1`) || !strings.Contains(got, "pep_http_open_connections") {
+		t.Errorf("/metrics lacks pep_admin_mode or pep_http_* series")
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	for range logs {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit after SIGTERM: %v", err)
+	}
+}
