@@ -66,6 +66,11 @@ type Options struct {
 	// and not for the next one. Zero means 500 ms; negative means do not
 	// wait.
 	Settle time.Duration
+	// HTTPSRR lets the built-in resolver ask for HTTPS records (type 65)
+	// beside A records (feature UseDnsHttpsSvcb, on in Chromium by
+	// default). Off, one DNS query crosses the link per name, as in the
+	// seed paper's count of DNS requests.
+	HTTPSRR bool
 	// IgnoreCertErrors makes Chromium accept the testbed's test CA
 	// (--ignore-certificate-errors).
 	IgnoreCertErrors bool
@@ -83,7 +88,8 @@ var ServiceHosts = []string{"update.googleapis.com", "clients2.google.com", "red
 // Flags returns the Chromium command-line flags of a session with opts, in
 // order, without the ones chromedp adds (pipe, user data dir, about:blank).
 // They keep Chromium quiet (no background networking, component updates,
-// sync, QUIC, HTTPS upgrades) and select the resolver.
+// sync, QUIC, HTTPS upgrades), select the resolver and whether it asks
+// for HTTPS records.
 func Flags(opts Options) []string {
 	disable := []string{"HttpsUpgrades", "Translate", "MediaRouter", "OptimizationHints",
 		"DialMediaRouteProvider", "AutofillServerCommunication", "CertificateTransparencyComponentUpdater",
@@ -93,6 +99,11 @@ func Flags(opts Options) []string {
 		disable = append(disable, "AsyncDns")
 	} else {
 		enable = append(enable, "AsyncDns")
+	}
+	if opts.HTTPSRR {
+		enable = append(enable, "UseDnsHttpsSvcb")
+	} else {
+		disable = append(disable, "UseDnsHttpsSvcb")
 	}
 	f := []string{
 		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

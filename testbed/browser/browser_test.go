@@ -115,8 +115,15 @@ func TestFlags(t *testing.T) {
 		})
 	}
 	sys := strings.Join(Flags(Options{Resolver: ResolverSystem}), " ")
-	if !strings.Contains(sys, "--disable-features=HttpsUpgrades,") || !strings.Contains(sys, ",AsyncDns") {
-		t.Errorf("system resolver flags do not disable HttpsUpgrades and AsyncDns: %s", sys)
+	if !strings.Contains(sys, "--disable-features=HttpsUpgrades,") || !strings.Contains(sys, ",AsyncDns,UseDnsHttpsSvcb") {
+		t.Errorf("system resolver flags do not disable HttpsUpgrades, AsyncDns and UseDnsHttpsSvcb: %s", sys)
+	}
+	rr := strings.Join(Flags(Options{HTTPSRR: true}), " ")
+	if !strings.Contains(rr, "--enable-features=NetworkService,NetworkServiceInProcess,AsyncDns,UseDnsHttpsSvcb") {
+		t.Errorf("HTTPSRR does not enable UseDnsHttpsSvcb: %s", rr)
+	}
+	if !strings.Contains(rr, "--host-resolver-rules=MAP update.googleapis.com ~NOTFOUND") {
+		t.Errorf("flags do not map Chromium's service hosts away: %s", rr)
 	}
 }
 

@@ -171,12 +171,12 @@ func TestMissCountingAndEndpoint(t *testing.T) {
 	o, addr, _ := startOrigin(t, c, nil)
 	client := &http.Client{}
 	for _, r := range []struct{ host, target, referer string }{
-		{"www.cnn.com", "/favicon.ico", ""},                                   // top-level host: cnn
-		{"i.cnn.net", "/js/built-by-script.js?r=1", "http://www.cnn.com/"},    // referer: cnn
-		{"i.cnn.net", "/js/built-by-script.js?r=1", "http://www.cnn.com/"},    // same miss again
-		{"media-1.britannica.com", "/x.gif", "http://css.eb.com/a.css"},       // referer host of one page
-		{"www.example.org", "/beacon", ""},                                    // unknown
-		{"www.yahoo.com", "/index.html", ""},                                  // a hit
+		{"www.cnn.com", "/favicon.ico", ""},                                // top-level host: cnn
+		{"i.cnn.net", "/js/built-by-script.js?r=1", "http://www.cnn.com/"}, // referer: cnn
+		{"i.cnn.net", "/js/built-by-script.js?r=1", "http://www.cnn.com/"}, // same miss again
+		{"media-1.britannica.com", "/x.gif", "http://css.eb.com/a.css"},    // referer host of one page
+		{"www.example.org", "/beacon", ""},                                 // unknown
+		{"www.yahoo.com", "/index.html", ""},                               // a hit
 	} {
 		get(t, client, "http://"+addr+r.target, r.host, map[string]string{"Referer": r.referer})
 	}

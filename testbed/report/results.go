@@ -83,6 +83,7 @@ type RunConfig struct {
 	Modes       []string      `json:"modes"`
 	Runs        int           `json:"runs"`
 	Resolver    string        `json:"resolver"`
+	HTTPSRR     bool          `json:"https_rr"` // Chromium also asked for HTTPS records (type 65)
 	Warm        bool          `json:"warm"`
 	Backend     string        `json:"link_backend"`
 	Browser     string        `json:"browser"` // user agent
