@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -221,19 +222,34 @@ func findPeer(ns, ifname string) (Endpoint, error) {
 // creator) to n, e.g. -10. An emulator that waits for the CPU delivers its
 // packets late; on a busy machine a negative nice value keeps it on time.
 // It costs others little: the emulator uses a small share of a core.
-func Renice(n int) error {
+// Where the kernel groups tasks by session (sched_autogroup_enabled), thread
+// nice values only order this session's tasks, so Renice also sets the
+// session's autogroup nice value (sched(7)), which the whole session shares;
+// the returned restore puts the autogroup's value back (call it on exit).
+func Renice(n int) (restore func(), err error) {
+	restore = func() {}
+	if old, err := os.ReadFile("/proc/self/autogroup"); err == nil {
+		var name string
+		var prev int
+		if _, err := fmt.Sscanf(string(old), "%s nice %d", &name, &prev); err == nil {
+			if err := os.WriteFile("/proc/self/autogroup", []byte(strconv.Itoa(n)), 0); err != nil {
+				return restore, fmt.Errorf("netem: renice autogroup to %d: %w", n, err)
+			}
+			restore = func() { _ = os.WriteFile("/proc/self/autogroup", []byte(strconv.Itoa(prev)), 0) }
+		}
+	}
 	ents, err := os.ReadDir("/proc/self/task")
 	if err != nil {
-		return fmt.Errorf("netem: renice: %w", err)
+		return restore, fmt.Errorf("netem: renice: %w", err)
 	}
 	for _, e := range ents {
-		var tid int
-		if _, err := fmt.Sscan(e.Name(), &tid); err != nil {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, n); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("netem: renice thread %d to %d: %w", tid, n, err)
+			return restore, fmt.Errorf("netem: renice thread %d to %d: %w", tid, n, err)
 		}
 	}
-	return nil
+	return restore, nil
 }

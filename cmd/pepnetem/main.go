@@ -61,7 +61,9 @@ func run(args []string, out io.Writer, log *slog.Logger) error {
 		return err
 	}
 	if cmd == "run" || cmd == "calibrate" {
-		if err := netem.Renice(*nice); err != nil {
+		restore, err := netem.Renice(*nice)
+		defer restore()
+		if err != nil {
 			log.Warn("renice failed: timing may suffer on a busy machine", "err", err)
 		}
 	}

@@ -52,7 +52,9 @@ func TestCalibrateQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("calibration takes about 15 s; skipped with -short")
 	}
-	if err := netem.Renice(-10); err != nil {
+	restore, err := netem.Renice(-10)
+	defer restore()
+	if err != nil {
 		t.Logf("renice: %v", err)
 	}
 	log := slog.New(slog.NewTextHandler(tWriter{t}, nil))
