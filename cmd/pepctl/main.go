@@ -1,0 +1,250 @@
+// Command pepctl operates a running pepd through its admin API, and runs
+// pepd's rewriter and Squid config template offline.
+//
+//	pepctl [-admin 127.0.0.1:9090] mode [off|dns|url]   print or switch the mode
+//	pepctl [-admin 127.0.0.1:9090] status               mode, health, main counters
+//	pepctl rewrite-html -vip IP -base URL < in.html > out.html
+//	pepctl squid-conf [-config pepd.yaml] [-template configs/squid.conf] [flags] > squid.conf
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"pep/internal/config"
+	"pep/internal/httpproxy"
+	"pep/internal/rewrite"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+const usage = `usage:
+  pepctl [-admin ADDR] mode [off|dns|url]
+  pepctl [-admin ADDR] status
+  pepctl rewrite-html -vip IP -base URL < in.html > out.html
+  pepctl squid-conf [-config pepd.yaml] [-template configs/squid.conf] [options] > squid.conf
+`
+
+// run is main with its streams; it returns the exit status (2: usage).
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pepctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	adminAddr := fs.String("admin", "127.0.0.1:9090", "pepd's admin address (listen.admin)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	c := &client{base: "http://" + *adminAddr, hc: &http.Client{Timeout: 10 * time.Second}}
+	var err error
+	switch cmd, rest := fs.Arg(0), fs.Args()[1:]; cmd {
+	case "mode":
+		err = c.mode(stdout, rest)
+	case "status":
+		err = c.status(stdout)
+	case "rewrite-html":
+		err = rewriteHTML(rest, stdin, stdout, stderr)
+	case "squid-conf":
+		err = squidConf(rest, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "pepctl: unknown command %q\n", cmd)
+		fs.Usage()
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) || errors.Is(err, errUsage) {
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pepctl: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+var errUsage = errors.New("usage")
+
+type client struct {
+	base string
+	hc   *http.Client
+}
+
+func (c *client) do(method, path, body string) (string, error) {
+	req, err := http.NewRequest(method, c.base+path, strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return string(b), nil
+}
+
+// mode prints the mode, or switches it when given one.
+func (c *client) mode(w io.Writer, args []string) error {
+	switch len(args) {
+	case 0:
+		b, err := c.do("GET", "/mode", "")
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(w, b)
+		return nil
+	case 1:
+		b, err := c.do("PUT", "/mode", args[0])
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(w, b)
+		return nil
+	}
+	return fmt.Errorf("mode takes at most one argument (off, dns, url), got %q", args)
+}
+
+// status prints the mode, the health check and the main counters.
+func (c *client) status(w io.Writer) error {
+	m, err := c.do("GET", "/mode", "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "mode: %s", m)
+	h, herr := c.do("GET", "/healthz", "")
+	if herr != nil {
+		fmt.Fprintf(w, "health: %v\n", herr)
+	} else {
+		fmt.Fprintf(w, "health: %s", h)
+	}
+	metrics, err := c.do("GET", "/metrics", "")
+	if err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(strings.NewReader(metrics))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		for _, p := range []string{"pep_http_requests_total", "pep_http_refused_total", "pep_http_open_connections",
+			"pep_http_bad_requests_total", "pep_http_host_mismatch_total", "pep_rewrite_responses_total", "pep_rewrite_urls_total",
+			"pep_dns_"} {
+			if strings.HasPrefix(l, p) {
+				fmt.Fprintln(w, l)
+			}
+		}
+	}
+	return herr
+}
+
+// rewriteHTML runs pepd's rewriter over stdin.
+func rewriteHTML(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rewrite-html", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	vip := fs.String("vip", "", "the VIP, IP or IP:port (required)")
+	base := fs.String("base", "", "the document's URL, for relative references (required)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *vip == "" || *base == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: pepctl rewrite-html -vip IP -base URL < in.html > out.html")
+		return errUsage
+	}
+	u, err := url.Parse(*base)
+	if err != nil || !u.IsAbs() {
+		return fmt.Errorf("-base %q is not an absolute URL", *base)
+	}
+	rw, err := rewrite.New(*vip, rewrite.Config{}, nil, nil)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(stdout)
+	st, err := rw.HTML(bw, stdin, u)
+	if err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "pepctl: %d URLs rewritten, %d skipped\n", st.URLs, st.Skipped)
+	return nil
+}
+
+// squidConf renders configs/squid.conf for a pepd config.
+func squidConf(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("squid-conf", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgFile := fs.String("config", "", "pepd's config file (subscribers, resolvers, squid, vip, guard); default: built-in defaults")
+	tmpl := fs.String("template", "configs/squid.conf", "the squid.conf template")
+	cacheDir := fs.String("cache-dir", "/var/spool/squid", "cache_dir directory")
+	cacheDirMB := fs.Int("cache-dir-mb", 10000, "cache_dir size, MB")
+	cacheMemMB := fs.Int("cache-mem-mb", 256, "cache_mem, MB")
+	logDir := fs.String("log-dir", "/var/log/squid", "directory of access.log and cache.log")
+	pidFile := fs.String("pid-file", "/run/squid.pid", "pid_filename")
+	hostsFile := fs.String("hosts-file", "none", "hosts_file")
+	user := fs.String("user", "proxy", "cache_effective_user")
+	pepdSrc := fs.String("pepd", "127.0.0.1/32", "pepd's source addresses as Squid sees them, comma-separated CIDRs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var cfg *config.Config
+	if *cfgFile != "" {
+		c, err := config.Load(*cfgFile)
+		if err != nil {
+			return err
+		}
+		cfg = c
+	} else {
+		c := config.Default()
+		cfg = &c
+	}
+	t, err := os.ReadFile(*tmpl)
+	if err != nil {
+		return err
+	}
+	sc := httpproxy.DefaultSquidConf(cfg.VIP)
+	sc.Listen = cfg.Squid
+	sc.ProxyProtocol = cfg.SquidProxyProtocol
+	sc.Pepd = strings.Split(*pepdSrc, ",")
+	sc.Subscribers = nil
+	for _, p := range cfg.Subscribers {
+		sc.Subscribers = append(sc.Subscribers, p.String())
+	}
+	sc.Resolvers = nil
+	for _, r := range cfg.Resolvers {
+		host, _, err := net.SplitHostPort(r)
+		if err != nil {
+			return fmt.Errorf("resolver %q: %w", r, err)
+		}
+		sc.Resolvers = append(sc.Resolvers, host)
+	}
+	sc.AllowedPorts = cfg.Guard.AllowedPorts
+	for _, p := range cfg.Guard.Allow {
+		sc.AllowDst = append(sc.AllowDst, p.String())
+	}
+	for _, p := range cfg.Guard.Deny {
+		sc.Forbidden = append(sc.Forbidden, p.String())
+	}
+	sc.CacheDir, sc.CacheDirMB, sc.CacheMemMB = *cacheDir, *cacheDirMB, *cacheMemMB
+	sc.LogDir, sc.PidFile, sc.HostsFile, sc.User = *logDir, *pidFile, *hostsFile, *user
+	return httpproxy.RenderSquidConf(stdout, string(t), sc)
+}
