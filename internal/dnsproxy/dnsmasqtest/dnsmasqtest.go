@@ -38,12 +38,23 @@ func FreePort(t testing.TB) int {
 	return 0
 }
 
-// Start runs dnsmasq on a free port of listen (an IPv4 address, "" for
-// 127.0.0.1) with the config lines given, plus the ones that keep it
+// Start runs dnsmasq on a free port of 127.0.0.1 with the config lines given, plus the ones that keep it
 // local (no upstream, no /etc/hosts) and in the foreground, and returns
 // its "host:port" once it answers a query. dnsmasq is killed when the test
 // ends. The test is skipped if dnsmasq is not installed.
 func Start(t testing.TB, lines []string) string {
+	t.Helper()
+	return StartServer(t, lines).Addr
+}
+
+// Server is a running dnsmasq.
+type Server struct {
+	Addr string    // "127.0.0.1:port", UDP and TCP
+	Cmd  *exec.Cmd // the process, for its CPU time
+}
+
+// StartServer is Start returning the process too.
+func StartServer(t testing.TB, lines []string) *Server {
 	t.Helper()
 	bin, err := exec.LookPath("dnsmasq")
 	if err != nil {
@@ -80,7 +91,7 @@ func Start(t testing.TB, lines []string) string {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, _, err := c.Exchange(m, addr); err == nil {
-			return addr
+			return &Server{Addr: addr, Cmd: cmd}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("dnsmasqtest: dnsmasq on %s did not answer: %s", addr, out.String())
