@@ -43,7 +43,7 @@ gateway)
 	squid -z -N -f /etc/squid/squid.conf >/dev/null 2>&1 || true
 	squid -f /etc/squid/squid.conf
 	exec pepd -config /etc/pep/configs/pepd.yaml -squid 127.0.0.1:3128 \
-		-listen-tproxy :3130 -admin-listen 0.0.0.0:9090
+		-tproxy-listen :3130 -admin-listen 0.0.0.0:9090
 	;;
 client)
 	e=$(ifname_for 198.18.0.2)
