@@ -215,7 +215,7 @@ var (
 )
 
 // DetectBackend reports TC if this kernel accepts a netem qdisc (tried on a
-// dummy interface in a throwaway namespace) and tc(8) is installed, Userspace
+// veth in a throwaway namespace) and tc(8) is installed, Userspace
 // otherwise, with the reason. The answer is computed once per process.
 func DetectBackend() (Backend, string) {
 	detectOnce.Do(func() {
@@ -248,9 +248,10 @@ func tryNetem() error {
 			return
 		}
 		defer nl.Close()
-		d := &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}}
+		// A veth, not a dummy: this project's kernels have veth, not all have dummy.
+		d := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}, PeerName: "probe1"}
 		if err := nl.LinkAdd(d); err != nil {
-			errc <- fmt.Errorf("dummy interface: %w", err)
+			errc <- fmt.Errorf("probe interface: %w", err)
 			return
 		}
 		q := netlink.NewNetem(netlink.QdiscAttrs{LinkIndex: d.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},

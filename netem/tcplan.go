@@ -25,11 +25,12 @@ const BridgeName = "pepnetem0"
 
 // PlanTC plans the ip(8) and tc(8) commands that make the link namespace
 // spec.Namespace carry profile p with Linux netem (tc-netem(8), kernel >= 3.3
-// for "rate", >= 3.8 for "packetoverhead"): a bridge joins IfA and IfB, and
+// for "rate" and its packet overhead): a bridge joins IfA and IfB, and
 // each direction gets a netem qdisc on the interface it leaves by (Up leaves
 // by IfB, Down by IfA). It is a pure function; ApplyPlan runs the result.
 //
-// netem's rate counts the Ethernet header, so "packetoverhead -14" makes it
+// netem's rate counts the Ethernet header, so a packet overhead of -14
+// ("rate RATE -14", tc-netem(8) PACKETOVERHEAD) makes it
 // count IP bytes as the userspace backend does. netem's "limit" counts every
 // packet it holds, those in the delay line included, so the limit is the
 // queue plus the packets one delay holds at the full rate (a byte queue is
@@ -111,7 +112,8 @@ func netemArgs(d Direction) []string {
 		args = append(args, "loss", "random", tcPct(d.Loss.Random))
 	}
 	if d.Rate > 0 {
-		args = append(args, "rate", strconv.FormatUint(uint64(d.Rate), 10)+"bit", "packetoverhead", "-14")
+		// The optional number after the rate is netem's packet overhead.
+		args = append(args, "rate", strconv.FormatUint(uint64(d.Rate), 10)+"bit", "-14")
 	}
 	return args
 }
