@@ -176,6 +176,12 @@ func freePort(t testing.TB) string {
 // ends. It skips the test if squid is not installed.
 func startSquid(t testing.TB, c SquidConf) *squid {
 	t.Helper()
+	return startSquidExtra(t, c, "")
+}
+
+// startSquidExtra is startSquid with extra lines appended to the config.
+func startSquidExtra(t testing.TB, c SquidConf, extra string) *squid {
+	t.Helper()
 	bin, err := exec.LookPath("squid")
 	if err != nil {
 		if bin, err = exec.LookPath("/usr/sbin/squid"); err != nil {
@@ -204,7 +210,7 @@ func startSquid(t testing.TB, c SquidConf) *squid {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(dir, "squid.conf")
-	if err := os.WriteFile(conf, []byte(sb.String()), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(sb.String()+extra), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(c.CacheDir, 0o755); err != nil {

@@ -70,8 +70,10 @@ type Options struct {
 	// direct origin. Zero means 60s.
 	UpstreamTimeout time.Duration
 	// MaxIdlePerSubscriber bounds idle upstream connections kept per
-	// subscriber (PROXY protocol) or, without PROXY protocol, to Squid is
-	// 64 times this. Zero means 4.
+	// subscriber (PROXY protocol); without PROXY protocol the bound for
+	// the one shared pool is 64 times this. It should cover a subscriber's
+	// concurrent requests (a browser opens about 6 connections per host),
+	// or connections are closed and opened again. Zero means 16.
 	MaxIdlePerSubscriber int
 	// Mode is the run-time mode switch, read once per request. Required.
 	Mode *mode.Switch
@@ -161,7 +163,7 @@ func New(o Options) (*Proxy, error) {
 	p.settings.Store(&o.Settings)
 	idle := o.MaxIdlePerSubscriber
 	if idle == 0 {
-		idle = 4
+		idle = 16
 	}
 	if !p.pp {
 		idle *= 64
