@@ -29,7 +29,7 @@ func startTC(ctx context.Context, spec LinkSpec, p Profile, log *slog.Logger) (*
 	t := &tcLink{spec: spec, prof: p, log: log}
 	if err := ApplyPlan(ctx, log, PlanTC(spec, p)); err != nil {
 		// Undo what part of the plan ran; its own errors are expected.
-		_ = ApplyPlan(context.WithoutCancel(ctx), slog.New(slog.DiscardHandler), PlanTCTeardown(spec, p))
+		_ = UndoPlan(context.WithoutCancel(ctx), slog.New(slog.DiscardHandler), PlanTCTeardown(spec, p))
 		return nil, err
 	}
 	h, err := openNS(spec.Namespace)
@@ -105,7 +105,7 @@ func (t *tcLink) teardown(ctx context.Context) error {
 	if t.nl != nil {
 		t.nl.Close()
 	}
-	return ApplyPlan(ctx, t.log, PlanTCTeardown(t.spec, t.prof))
+	return UndoPlan(ctx, t.log, PlanTCTeardown(t.spec, t.prof))
 }
 
 func (t *tcLink) close() error {

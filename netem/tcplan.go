@@ -3,6 +3,7 @@ package netem
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -124,6 +125,16 @@ func tcTime(d time.Duration) string {
 
 func tcPct(p Probability) string {
 	return strconv.FormatFloat(float64(p)*100, 'f', -1, 64) + "%"
+}
+
+// UndoPlan runs every command of a teardown plan, in order, whatever fails,
+// and returns the failures joined: undoing goes as far as it can.
+func UndoPlan(ctx context.Context, log *slog.Logger, cmds []Command) error {
+	var errs []error
+	for _, c := range cmds {
+		errs = append(errs, ApplyPlan(ctx, log, []Command{c}))
+	}
+	return errors.Join(errs...)
 }
 
 // ApplyPlan runs cmds in order and stops at the first that fails, returning

@@ -1,0 +1,341 @@
+package netem
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+)
+
+var (
+	testMN = netip.MustParsePrefix("198.18.0.2/24")
+	testGW = netip.MustParsePrefix("198.18.0.1/24")
+)
+
+// topo is a mobile and a gateway namespace joined by a link namespace.
+type topo struct {
+	mn, gw string
+	spec   LinkSpec
+}
+
+// newTopo builds a topology with run-unique names and removes it when t ends.
+func newTopo(t testing.TB) topo {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, AF_PACKET); CI runs as root: sudo go test ./netem")
+	}
+	tp := topo{mn: UniqueName("tm"), gw: UniqueName("tg")}
+	for _, ns := range []string{tp.mn, tp.gw} {
+		if err := CreateNamespace(ns); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := DeleteNamespace(ns); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	spec, undo, err := Wire(WireSpec{
+		Namespace: UniqueName("tl"),
+		A:         WireEnd{Namespace: tp.mn, Interface: "radio0", Addr: testMN},
+		B:         WireEnd{Namespace: tp.gw, Interface: "radio0", Addr: testGW},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := undo(); err != nil {
+			t.Error(err)
+		}
+	})
+	tp.spec = spec
+	return tp
+}
+
+// listen opens a listener of network ("tcp4" or "udp4") on the gateway.
+func (tp topo) listenTCP(t testing.TB, port int) net.Listener {
+	t.Helper()
+	var l net.Listener
+	err := InNamespace(tp.gw, func() (err error) {
+		l, err = net.Listen("tcp4", netip.AddrPortFrom(testGW.Addr(), uint16(port)).String())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func (tp topo) listenUDP(t testing.TB, port int) net.PacketConn {
+	t.Helper()
+	var c net.PacketConn
+	err := InNamespace(tp.gw, func() (err error) {
+		c, err = net.ListenPacket("udp4", netip.AddrPortFrom(testGW.Addr(), uint16(port)).String())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dial connects from the mobile namespace.
+func (tp topo) dial(t testing.TB, network, addr string) net.Conn {
+	t.Helper()
+	var c net.Conn
+	err := InNamespace(tp.mn, func() (err error) {
+		c, err = net.DialTimeout(network, addr, 10*time.Second)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// echo serves UDP and TCP echo on the gateway until the test ends.
+func echo(u net.PacketConn, l net.Listener) {
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := u.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = u.WriteTo(buf[:n], from)
+		}
+	}()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 2048)
+				for {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					_, _ = c.Write(buf[:n])
+				}
+			}()
+		}
+	}()
+}
+
+func roundTrip(t *testing.T, c net.Conn, msg string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(msg))
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if string(buf) != msg {
+		t.Fatalf("echo %q, want %q", buf, msg)
+	}
+	return time.Since(start)
+}
+
+func TestLinkUserspaceCounters(t *testing.T) {
+	tp := newTopo(t)
+	p, err := LoadProfile("fast")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := NewLink(t.Context(), tp.spec, p, Options{Backend: Userspace, Logger: testLogger(t), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	if link.Backend() != Userspace {
+		t.Fatalf("backend %v", link.Backend())
+	}
+	echo(tp.listenUDP(t, 53), tp.listenTCP(t, 53))
+	gw53 := netip.AddrPortFrom(testGW.Addr(), 53).String()
+	udp := tp.dial(t, "udp4", gw53)
+	// A DNS query's first bytes; the echo server sends it back.
+	query := "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00"
+	// The first round trip also resolves ARP (which crosses unimpaired).
+	roundTrip(t, udp, query)
+	link.ResetCounters()
+	// Packets never leave early: 10 ms each way plus serialization.
+	if rtt := roundTrip(t, udp, query); rtt < 20*time.Millisecond {
+		t.Fatalf("UDP round trip %v, below the profile's 20 ms", rtt)
+	}
+	tcp := tp.dial(t, "tcp4", gw53)
+	roundTrip(t, tcp, "\x00\x0d"+query)
+	c := link.Counters()
+	gw := testGW.Addr()
+	if c.Up.SYNs != 1 || c.Up.ConnsByDst[gw] != 1 || len(c.Up.ConnsByDst) != 1 {
+		t.Errorf("up: %d SYNs, by destination %v; want 1 SYN to %v", c.Up.SYNs, c.Up.ConnsByDst, gw)
+	}
+	if c.Up.DNSQueries != 2 {
+		t.Errorf("up: %d DNS queries, want 2 (one UDP, one TCP)", c.Up.DNSQueries)
+	}
+	if c.Down.SYNs != 0 || c.Down.DNSQueries != 0 {
+		t.Errorf("down: %d SYNs %d DNS queries, want 0 and 0", c.Down.SYNs, c.Down.DNSQueries)
+	}
+	// Up: the UDP query, SYN, ACK, TCP query; down: UDP answer, SYN-ACK, TCP answer (ACKs may lag).
+	if c.Up.Packets < 4 || c.Down.Packets < 3 || c.Up.Drops+c.Down.Drops != 0 || c.Up.CaptureDrops != 0 {
+		t.Errorf("counters %+v", c)
+	}
+	link.ResetCounters()
+	if c := link.Counters(); c.Up.Packets != 0 || c.Up.SYNs != 0 || len(c.Up.ConnsByDst) != 0 {
+		t.Errorf("after ResetCounters: %+v", c.Up)
+	}
+}
+
+func TestLinkUserspaceQueueDrops(t *testing.T) {
+	tp := newTopo(t)
+	// 1 Mbit/s: a 1028-byte packet takes 8.2 ms; the queue holds 4.
+	p := Profile{Name: "tiny-queue",
+		Up:   Direction{Delay: time.Millisecond, Rate: MbitPerSecond, Queue: Queue{Packets: 4}},
+		Down: Direction{Delay: time.Millisecond}}
+	link, err := NewLink(t.Context(), tp.spec, p, Options{Backend: Userspace, Logger: testLogger(t), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	srv := tp.listenUDP(t, 9000)
+	echo(srv, tp.listenTCP(t, 9000))
+	cli := tp.dial(t, "udp4", netip.AddrPortFrom(testGW.Addr(), 9000).String())
+	roundTrip(t, cli, "warm-up") // ARP
+	link.ResetCounters()
+	const burst = 50
+	payload := make([]byte, 1000) // + 8 UDP + 20 IP = 1028 B
+	for range burst {
+		if _, err := cli.Write(payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var c Counters
+	waitFor(t, func() bool { c = link.Counters(); return c.Up.Packets == burst })
+	// A burst written in well under one packet time: 4 are queued, the rest
+	// refused, give or take the few that leave while the burst arrives.
+	if c.Up.Packets != burst || c.Up.QueueDrops < burst-8 || c.Up.QueueDrops > burst-4 || c.Up.LossDrops != 0 {
+		t.Fatalf("up: %d packets, %d queue drops, %d loss drops; want %d packets, %d..%d queue drops, 0 loss",
+			c.Up.Packets, c.Up.QueueDrops, c.Up.LossDrops, burst, burst-8, burst-4)
+	}
+	// Every packet the queue accepted is echoed back.
+	delivered := int(c.Up.Packets - c.Up.Drops)
+	buf := make([]byte, 2048)
+	_ = cli.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for i := range delivered {
+		if _, err := cli.Read(buf); err != nil {
+			t.Fatalf("echo %d of %d: %v", i+1, delivered, err)
+		}
+	}
+	_ = cli.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := cli.Read(buf); err == nil {
+		t.Fatalf("more echoes than the %d packets the link delivered", delivered)
+	}
+}
+
+func TestLinkTCBridgeCounters(t *testing.T) {
+	if _, err := os.Stat("/usr/sbin/tc"); err != nil {
+		t.Skip("tc(8) not installed (Debian package iproute2)")
+	}
+	tp := newTopo(t)
+	// Nothing to emulate: the plan is the bridge alone, which any kernel runs.
+	p, err := LoadProfile("h2a-rtt0-loss0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := NewLink(t.Context(), tp.spec, p, Options{Backend: TC, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := tp.listenTCP(t, 80)
+	echo(tp.listenUDP(t, 80), l)
+	c := tp.dial(t, "tcp4", netip.AddrPortFrom(testGW.Addr(), 80).String())
+	roundTrip(t, c, "GET / HTTP/1.0\r\n\r\n")
+	got := link.Counters()
+	if got.Up.SYNs != 1 || got.Up.ConnsByDst[testGW.Addr()] != 1 || got.Down.SYNs != 0 {
+		t.Errorf("SYNs up %d (by destination %v) down %d; want 1 to %v, 0", got.Up.SYNs, got.Up.ConnsByDst, got.Down.SYNs, testGW.Addr())
+	}
+	if err := link.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if br := bridgeIn(t, tp.spec.Namespace); br {
+		t.Fatalf("bridge %s left in %s after Close", BridgeName, tp.spec.Namespace)
+	}
+}
+
+// TestLinkTCFailsCleanly forces the tc backend on a kernel without
+// sch_netem: NewLink must fail naming the tc step and leave no bridge.
+func TestLinkTCFailsCleanly(t *testing.T) {
+	if _, err := os.Stat("/usr/sbin/tc"); err != nil {
+		t.Skip("tc(8) not installed (Debian package iproute2)")
+	}
+	tp := newTopo(t)
+	if b, _ := DetectBackend(); b == TC {
+		t.Skip("this kernel has sch_netem: the tc backend works here")
+	}
+	p, err := LoadProfile("paper-average")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewLink(context.Background(), tp.spec, p, Options{Backend: TC, Logger: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), `netem: step 7 "tc -n `+tp.spec.Namespace+` qdisc replace dev rb root handle 1: netem`) {
+		t.Fatalf("err = %v, want the failing tc step", err)
+	}
+	if bridgeIn(t, tp.spec.Namespace) {
+		t.Fatalf("bridge left behind after a failed plan")
+	}
+}
+
+func bridgeIn(t *testing.T, ns string) bool {
+	h, err := openNS(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	_, err = nl.LinkByName(BridgeName)
+	var nf netlink.LinkNotFoundError
+	return !errors.As(err, &nf)
+}
+
+func TestFindPeer(t *testing.T) {
+	tp := newTopo(t)
+	ep, err := findPeer(tp.spec.Namespace, tp.spec.IfA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep.Namespace != tp.mn || ep.Interface != "radio0" {
+		t.Fatalf("peer of %s = %+v, want %s:radio0", tp.spec.IfA, ep, tp.mn)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s: the
+// emulator reads packets asynchronously, so a counter lags the write.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
