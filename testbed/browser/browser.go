@@ -71,6 +71,13 @@ type Options struct {
 	// default). Off, one DNS query crosses the link per name, as in the
 	// seed paper's count of DNS requests.
 	HTTPSRR bool
+	// Unpartitioned turns off Chromium's network state partitioning of
+	// connections and of the host cache by top-level site (features
+	// PartitionConnectionsByNetworkIsolationKey and
+	// SplitHostCacheByNetworkIsolationKey, on by default): with it, a
+	// connection to the VIP opened for one site's page is reused by the
+	// next site's page, as in the seed paper's 2004 browser.
+	Unpartitioned bool
 	// IgnoreCertErrors makes Chromium accept the testbed's test CA
 	// (--ignore-certificate-errors).
 	IgnoreCertErrors bool
@@ -83,7 +90,7 @@ type Options struct {
 // background networking off (seen with Chromium 156 in the testbed's
 // resolver log). Flags maps them to "not found" inside the browser.
 // None of them is a host of a tp5n page.
-var ServiceHosts = []string{"update.googleapis.com", "clients2.google.com", "redirector.gvt1.com", "edgedl.me.gvt1.com"}
+var ServiceHosts = []string{"update.googleapis.com", "clients2.google.com", "accounts.google.com", "redirector.gvt1.com", "edgedl.me.gvt1.com"}
 
 // Flags returns the Chromium command-line flags of a session with opts, in
 // order, without the ones chromedp adds (pipe, user data dir, about:blank).
@@ -99,6 +106,9 @@ func Flags(opts Options) []string {
 		disable = append(disable, "AsyncDns")
 	} else {
 		enable = append(enable, "AsyncDns")
+	}
+	if opts.Unpartitioned {
+		disable = append(disable, "PartitionConnectionsByNetworkIsolationKey", "SplitHostCacheByNetworkIsolationKey")
 	}
 	if opts.HTTPSRR {
 		enable = append(enable, "UseDnsHttpsSvcb")

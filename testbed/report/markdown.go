@@ -17,7 +17,12 @@ func Markdown(r *Results, plots map[string][]string) []byte {
 	c := r.Config
 	b.WriteString("# pep testbed report\n\n")
 	fmt.Fprintf(&b, "- corpus: `%s`, %d pages: %s\n", c.Corpus, len(c.Pages), strings.Join(c.Pages, ", "))
-	fmt.Fprintf(&b, "- modes: %s; runs: %d; resolver: %s (HTTPS records asked: %v); Squid cache: %s\n", strings.Join(c.Modes, ", "), c.Runs, c.Resolver, c.HTTPSRR, c.SquidCache)
+	fmt.Fprintf(&b, "- modes: %s; runs: %d; Squid cache: %s\n", strings.Join(c.Modes, ", "), c.Runs, c.SquidCache)
+	part := "partitioned by top-level site (Chromium's default)"
+	if c.Unpartitioned {
+		part = "not partitioned (PartitionConnectionsByNetworkIsolationKey and SplitHostCacheByNetworkIsolationKey off)"
+	}
+	fmt.Fprintf(&b, "- Chromium resolver: %s; HTTPS records asked: %v; connections and host cache %s\n", c.Resolver, c.HTTPSRR, part)
 	fmt.Fprintf(&b, "- browser: %s\n", c.Browser)
 	fmt.Fprintf(&b, "- link backend: %s; VIP %s; origins %s; page timeout %s\n", c.Backend, c.VIP, c.Origins, c.PageTimeout)
 	if !c.Started.IsZero() {

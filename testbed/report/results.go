@@ -77,23 +77,26 @@ type ProfileInfo struct {
 // RunConfig is the configuration of a testbed run, logged first and kept in
 // results.json.
 type RunConfig struct {
-	Corpus      string        `json:"corpus"`
-	Pages       []string      `json:"pages"`
-	Profiles    []ProfileInfo `json:"profiles"`
-	Modes       []string      `json:"modes"`
-	Runs        int           `json:"runs"`
-	Resolver    string        `json:"resolver"`
-	HTTPSRR     bool          `json:"https_rr"` // Chromium also asked for HTTPS records (type 65)
-	Warm        bool          `json:"warm"`
-	Backend     string        `json:"link_backend"`
-	Browser     string        `json:"browser"` // user agent
-	VIP         string        `json:"vip"`
-	Origins     string        `json:"origins"` // origin address block
-	Started     time.Time     `json:"started"`
-	Finished    time.Time     `json:"finished"`
-	Command     string        `json:"command"`
-	SquidCache  string        `json:"squid_cache"` // what "cold" means: how the cache was emptied
-	PageTimeout string        `json:"page_timeout"`
+	Corpus   string        `json:"corpus"`
+	Pages    []string      `json:"pages"`
+	Profiles []ProfileInfo `json:"profiles"`
+	Modes    []string      `json:"modes"`
+	Runs     int           `json:"runs"`
+	Resolver string        `json:"resolver"`
+	HTTPSRR  bool          `json:"https_rr"` // Chromium also asked for HTTPS records (type 65)
+	// Unpartitioned: Chromium's connections and host cache were not
+	// partitioned by top-level site (they are by default).
+	Unpartitioned bool      `json:"unpartitioned"`
+	Warm          bool      `json:"warm"`
+	Backend       string    `json:"link_backend"`
+	Browser       string    `json:"browser"` // user agent
+	VIP           string    `json:"vip"`
+	Origins       string    `json:"origins"` // origin address block
+	Started       time.Time `json:"started"`
+	Finished      time.Time `json:"finished"`
+	Command       string    `json:"command"`
+	SquidCache    string    `json:"squid_cache"` // what "cold" means: how the cache was emptied
+	PageTimeout   string    `json:"page_timeout"`
 }
 
 // Results is the content of results.json.

@@ -72,10 +72,12 @@ log:
 func startPEP(ctx context.Context, b *Bed, bin string) (*pep, error) {
 	dir := binDir(bin)
 	p := &pep{b: b, bin: filepath.Join(dir, "pepd"), pepctl: filepath.Join(dir, "pepctl")}
-	for _, f := range []string{p.bin, p.pepctl} {
-		if _, err := os.Stat(f); err != nil {
-			return nil, fmt.Errorf("run: %w (make build)", err)
-		}
+	if _, err := os.Stat(p.bin); err != nil {
+		return nil, fmt.Errorf("run: %w (make build)", err)
+	}
+	if _, err := os.Stat(p.pepctl); err != nil {
+		b.log.Warn("pepctl not found: switching modes with PUT /mode on the admin API", "pepctl", p.pepctl)
+		p.pepctl = ""
 	}
 	conf := filepath.Join(b.work, "pepd.yaml")
 	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config), 0o644); err != nil {
@@ -97,7 +99,11 @@ func startPEP(ctx context.Context, b *Bed, bin string) (*pep, error) {
 }
 
 // getMode asks pepd's admin API for its mode, from inside gw.
-func (p *pep) getMode() (string, error) {
+func (p *pep) getMode() (string, error) { return p.admin(http.MethodGet, "") }
+
+// admin sends one request to pepd's admin API /mode from inside gw and
+// returns the body of a 200 answer.
+func (p *pep) admin(method, body string) (string, error) {
 	var conn net.Conn
 	err := topo.Do(p.b.Topo.Config.GWNS(), func() (err error) {
 		conn, err = net.DialTimeout("tcp4", PepdAdmin, time.Second)
@@ -109,24 +115,35 @@ func (p *pep) getMode() (string, error) {
 	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return conn, nil }}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + PepdAdmin + "/mode")
+	req, err := http.NewRequest(method, "http://"+PepdAdmin+"/mode", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err := c.Do(req)
 	if err != nil {
 		return "", err
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	got, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /mode: %s: %s", resp.Status, bytes.TrimSpace(body))
+		return "", fmt.Errorf("%s /mode: %s: %s", method, resp.Status, bytes.TrimSpace(got))
 	}
-	return string(body), nil
+	return string(got), nil
 }
 
-// setMode switches pepd with `pepctl -admin ADDR mode M` run in gw, and
-// checks the answer of GET /mode.
+// setMode switches pepd with `pepctl -admin ADDR mode M` run in gw (with
+// PUT /mode when pepctl is not built), and checks the answer of GET /mode.
 func (p *pep) setMode(ctx context.Context, m string) error {
-	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", p.b.Topo.Config.GWNS(), p.pepctl, "-admin", PepdAdmin, "mode", m).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("run: pepctl mode %s: %w: %s", m, err, bytes.TrimSpace(out))
+	if p.pepctl == "" {
+		if _, err := p.admin(http.MethodPut, m); err != nil {
+			return fmt.Errorf("run: mode %s: %w", m, err)
+		}
+	} else {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", p.b.Topo.Config.GWNS(), p.pepctl, "-admin", PepdAdmin, "mode", m).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("run: pepctl mode %s: %w: %s", m, err, bytes.TrimSpace(out))
+		}
 	}
 	got, err := p.getMode()
 	if err != nil {

@@ -35,20 +35,29 @@ type squid struct {
 	runs int
 }
 
-// findTemplate looks for configs/squid.conf from the working folder up.
+// findTemplate looks for configs/squid.conf from the working folder up,
+// then from the running executable's folder up (bin/testbed in a
+// checkout).
 func findTemplate() (string, error) {
-	dir, _ := os.Getwd()
-	for {
-		p := filepath.Join(dir, SquidTemplate)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("run: %s not found from the working folder up", SquidTemplate)
-		}
-		dir = parent
+	wd, _ := os.Getwd()
+	starts := []string{wd}
+	if exe, err := os.Executable(); err == nil {
+		starts = append(starts, filepath.Dir(exe))
 	}
+	for _, dir := range starts {
+		for dir != "" {
+			p := filepath.Join(dir, SquidTemplate)
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	return "", fmt.Errorf("run: %s not found from %q or the executable's folder up", SquidTemplate, wd)
 }
 
 func newSquid(b *Bed, warm bool) (*squid, error) {
