@@ -8,11 +8,10 @@ import (
 )
 
 // frame decodes a hex dump written out in a test (spaces ignored).
-func frame(t *testing.T, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.NewReplacer(" ", "", "\n", "", "\t", "").Replace(s))
+func frame(s string) []byte {
+	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
 	if err != nil {
-		t.Fatal(err)
+		panic("bad hex in test: " + err.Error())
 	}
 	return b
 }
@@ -114,7 +113,7 @@ func TestClassify(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := classify(frame(t, tc.hex)); got != tc.want {
+			if got := classify(frame(tc.hex)); got != tc.want {
 				t.Fatalf("classify = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -123,9 +122,9 @@ func TestClassify(t *testing.T) {
 
 func FuzzClassify(f *testing.F) {
 	f.Add([]byte{})
-	f.Add(frame(&testing.T{}, eth4+"4500 003c 0001 4000 4006 0000 c6120002 c6130007"+
+	f.Add(frame(eth4+"4500 003c 0001 4000 4006 0000 c6120002 c6130007"+
 		"c350 0050 00000001 00000000 a002 ffff 0000 0000"))
-	f.Add(frame(&testing.T{}, eth6+"6000 0000 0020 0040 "+strings.Repeat("00", 32)+"0600 0000 0000 0000"))
+	f.Add(frame(eth6+"6000 0000 0020 0040 "+strings.Repeat("00", 32)+"0600 0000 0000 0000"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p := classify(b) // must not panic
 		if !p.ip && (p.syn || p.dns || p.size != 0) {
