@@ -122,9 +122,9 @@ func TestClassify(t *testing.T) {
 
 func FuzzClassify(f *testing.F) {
 	f.Add([]byte{})
-	f.Add(frame(eth4+"4500 003c 0001 4000 4006 0000 c6120002 c6130007"+
+	f.Add(frame(eth4 + "4500 003c 0001 4000 4006 0000 c6120002 c6130007" +
 		"c350 0050 00000001 00000000 a002 ffff 0000 0000"))
-	f.Add(frame(eth6+"6000 0000 0020 0040 "+strings.Repeat("00", 32)+"0600 0000 0000 0000"))
+	f.Add(frame(eth6 + "6000 0000 0020 0040 " + strings.Repeat("00", 32) + "0600 0000 0000 0000"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p := classify(b) // must not panic
 		if !p.ip && (p.syn || p.dns || p.size != 0) {
