@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"pep/internal/dnsproxy/dnsmasqtest"
 	"pep/internal/guard"
 	"pep/internal/mode"
@@ -67,11 +69,26 @@ func TestNetnsHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		if err := p.ListenAndServe(nsGWAddr + ":53"); err != nil {
-			t.Error(err)
+	// The proxy behind a handler that logs each query's arrival, to time
+	// the browser's fallback from the DNS answer to the origin connection.
+	logged := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		if len(r.Question) == 1 {
+			logEvent("dns %s %s %d", r.Question[0].Name, dns.TypeToString[r.Question[0].Qtype], time.Now().UnixMicro())
 		}
-	}()
+		p.ServeDNS(w, r)
+	})
+	pc, err := net.ListenPacket("udp", nsGWAddr+":53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dnsLn, err := net.Listen("tcp", nsGWAddr+":53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dnsServers := []*dns.Server{{PacketConn: pc, Handler: logged}, {Listener: dnsLn, Handler: logged}}
+	for _, s := range dnsServers {
+		go s.ActivateAndServe()
+	}
 	sp, err := splice.New(splice.Options{Resolver: p.Upstream(), Guard: pol})
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +108,7 @@ func TestNetnsHelper(t *testing.T) {
 				http.NotFound(w, r)
 				return
 			}
-			logEvent("%s %s %s", who, r.Host, r.RemoteAddr)
+			logEvent("%s %s %s %d", who, r.Host, r.RemoteAddr, time.Now().UnixMicro())
 			fmt.Fprintf(w, "<html><head><title>%s</title></head><body>%s for %s</body></html>", who, who, r.RemoteAddr)
 		})
 	}
@@ -119,7 +136,9 @@ func TestNetnsHelper(t *testing.T) {
 	io.Copy(io.Discard, os.Stdin)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	p.Shutdown(ctx)
+	for _, s := range dnsServers {
+		s.ShutdownContext(ctx)
+	}
 	sp.Shutdown(ctx)
 	for _, s := range servers {
 		s.Shutdown(ctx)
@@ -236,6 +255,31 @@ func countEvents(t testing.TB, events, kind string) int {
 	return n
 }
 
+// fallbackDelay returns the time from the last A query for nsName to the
+// last origin-http connection in the events file.
+func fallbackDelay(t testing.TB, events string) time.Duration {
+	b, err := os.ReadFile(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var query, origin int64
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		var ts int64
+		fmt.Sscan(f[len(f)-1], &ts)
+		switch {
+		case f[0] == "dns" && f[1] == nsName+"." && f[2] == "A":
+			query = ts
+		case f[0] == "origin-http":
+			origin = ts
+		}
+	}
+	return time.Duration(origin-query) * time.Microsecond
+}
+
 // chromium loads url in a fresh headless Chromium in the client namespace
 // and returns the DOM and the time the load took. asyncDNS picks
 // Chromium's built-in resolver (true) or getaddrinfo (false).
@@ -324,7 +368,8 @@ func TestNetnsBrowser(t *testing.T) {
 		if !strings.Contains(dom, "origin-http for "+nsClientAddr) {
 			t.Errorf("VIP unreachable, chromium (AsyncDns=%v): page %q, want the origin's", async, dom)
 		}
-		t.Logf("VIP unreachable (ICMP/route error), chromium AsyncDns=%v fell back to the origin: load took %v", async, d.Round(time.Millisecond))
+		t.Logf("VIP unreachable (ICMP/route error), chromium AsyncDns=%v fell back to the origin: load took %v, A query to origin connection %v",
+			async, d.Round(time.Millisecond), fallbackDelay(t, events).Round(time.Millisecond))
 	}
 	inClient("ip", "route", "del", "unreachable", nsVIP+"/32")
 
@@ -333,12 +378,16 @@ func TestNetnsBrowser(t *testing.T) {
 	if os.Getenv("PEP_MEASURE_DROP") == "" {
 		return
 	}
-	inClient("nft", "add table ip pepdrop; add chain ip pepdrop out { type filter hook output priority 0; }; add rule ip pepdrop out ip daddr "+nsVIP+" drop")
+	// Dropped on the gateway's input: the client's SYNs leave and nothing
+	// comes back (a drop in the client's own output chain would fail the
+	// connect at once with EPERM).
+	run(t, "ip", "netns", "exec", tp.gw, "nft", "add table ip pepdrop; add chain ip pepdrop in { type filter hook input priority 0; }; add rule ip pepdrop in ip daddr "+nsVIP+" tcp dport { 80, 443 } drop")
 	for _, async := range []bool{false, true} {
 		dom, d := chromium(t, tp, "http://"+nsName+"/", async)
 		if !strings.Contains(dom, "origin-http for "+nsClientAddr) {
 			t.Errorf("VIP dropped, chromium (AsyncDns=%v): page %q, want the origin's", async, dom)
 		}
-		t.Logf("VIP dropped silently, chromium AsyncDns=%v fell back to the origin: load took %v", async, d.Round(time.Millisecond))
+		t.Logf("VIP dropped silently, chromium AsyncDns=%v fell back to the origin: load took %v, A query to origin connection %v",
+			async, d.Round(time.Millisecond), fallbackDelay(t, events).Round(time.Millisecond))
 	}
 }
