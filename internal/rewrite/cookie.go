@@ -128,7 +128,7 @@ func CookieHeader(value string, origin *url.URL) string {
 		var c string
 		c, value, _ = strings.Cut(value, ";")
 		c = strings.TrimSpace(c)
-		if !strings.HasPrefix(c, key) || len(c) == len(key) {
+		if !strings.HasPrefix(c, key) || len(c) == len(key) || c[len(key)] == '=' {
 			continue
 		}
 		if b.Len() > 0 {

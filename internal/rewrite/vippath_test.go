@@ -1,0 +1,145 @@
+package rewrite
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestParseVIPPath(t *testing.T) {
+	tests := []struct {
+		target string
+		want   string // origin URL, or "" for an error
+		reason string
+	}{
+		{"/i.cnn.net/images/plane.jpg", "http://i.cnn.net/images/plane.jpg", ""},
+		{"/I.CNN.Net/Images/A.jpg?x=1&y=%20", "http://i.cnn.net/Images/A.jpg?x=1&y=%20", ""},
+		{"/a.com:8080/x", "http://a.com:8080/x", ""},
+		{"/a.com:0080/x", "http://a.com:80/x", ""},
+		{"/a.com", "http://a.com/", ""},
+		{"/a.com?q", "http://a.com/?q", ""},
+		{"/a.com/?", "http://a.com/?", ""},
+		{"/a.com/p%2Fq/s@wd=mozilla.html", "http://a.com/p%2Fq/s@wd=mozilla.html", ""},
+		{"/[2001:db8::1]:81/x", "http://[2001:db8::1]:81/x", ""},
+		{"/", "", "no host"},
+		{"", "", "not an origin-form path"},
+		{"http://192.0.2.12/a.com/x", "", "not an origin-form path"},
+		{"//a.com/x", "", "no host"},
+		{"/%zz/", "", "invalid percent-encoding"},
+		{"/a.com/%zz", "", "invalid percent-encoding"},
+		{"/a.com/x?q=%z", "", "invalid percent-encoding in query"},
+		{"/a%2Ecom/", "", "percent-encoded host"},
+		{"/host:99999/", "", `port "99999" out of range`},
+		{"/host:0/", "", `port "0" out of range`},
+		{"/host:/", "", "empty port"},
+		{"/host:http/", "", `invalid port "http"`},
+		{"/user@host/", "", "userinfo in host"},
+		{"/user:pw@host/x", "", "userinfo in host"},
+		{"/a_b.c!d/", "", `invalid host "a_b.c!d"`},
+		{"/[zz]/", "", `invalid host "[zz]"`},
+		{"/[::1/", "", `invalid host "[::1"`},
+		{"/a.com/x#f", "", "fragment in request-target"},
+	}
+	for _, tc := range tests {
+		u, err := ParseVIPPath(tc.target)
+		if tc.want != "" {
+			if err != nil || u.String() != tc.want {
+				t.Errorf("ParseVIPPath(%q) = %v, %v; want %s", tc.target, u, err, tc.want)
+			}
+			continue
+		}
+		var pe *PathError
+		if !errors.As(err, &pe) || !errors.Is(err, ErrVIPPath) || pe.Reason != tc.reason {
+			t.Errorf("ParseVIPPath(%q) = %v, %v; want PathError %q", tc.target, u, err, tc.reason)
+		}
+	}
+}
+
+func TestVIPURLAndLocation(t *testing.T) {
+	r := newTestRewriter(t, Config{})
+	origin := mustURL(t, "http://img.foo.com/a/b.png?x=1")
+	tests := []struct {
+		loc, want string
+		ok        bool
+	}{
+		{"http://i.cnn.net/x.jpg", "http://192.0.2.12/i.cnn.net/x.jpg", true},
+		{"HTTP://I.CNN.NET:8080/x.jpg?q#f", "http://192.0.2.12/i.cnn.net:8080/x.jpg?q#f", true},
+		{"/moved.png", "http://192.0.2.12/img.foo.com/moved.png", true},
+		{"c.png", "http://192.0.2.12/img.foo.com/a/c.png", true},
+		{"//cdn.com/x", "http://192.0.2.12/cdn.com/x", true},
+		{"https://secure.com/x", "https://secure.com/x", false},
+		{"http://192.0.2.12/a.com/x", "http://192.0.2.12/a.com/x", false},
+		{"http://u:p@a.com/x", "http://u:p@a.com/x", false},
+		{"ftp://a.com/x", "ftp://a.com/x", false},
+		{"http://a b/", "http://a b/", false},
+	}
+	for _, tc := range tests {
+		got, ok := r.Location(tc.loc, origin)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("Location(%q) = %q, %v; want %q, %v", tc.loc, got, ok, tc.want, tc.ok)
+		}
+	}
+	// VIPURL and ParseVIPPath are inverse on what VIPURL accepts.
+	for _, s := range []string{"http://a.com/", "http://a.com:8080/p%20q?x=%2F", "http://[2001:db8::1]/x"} {
+		v, ok := r.VIPURL(mustURL(t, s))
+		if !ok {
+			t.Fatalf("VIPURL(%s) refused", s)
+		}
+		back, err := ParseVIPPath(v[len("http://"+testVIP):])
+		if err != nil || back.String() != s {
+			t.Errorf("ParseVIPPath(VIPURL(%s)) = %v, %v", s, back, err)
+		}
+	}
+}
+
+func TestSetCookie(t *testing.T) {
+	tests := []struct {
+		origin, in, want string
+		ok               bool
+	}{
+		{"http://a.com/x/y.png", "sid=1; Path=/; Domain=.a.com; HttpOnly",
+			"a.com|sid=1; HttpOnly; Path=/a.com/", true},
+		{"http://a.com/x/y.png", "sid=1", "a.com|sid=1; Path=/a.com/x", true},
+		{"http://a.com/y.png", "sid=1", "a.com|sid=1; Path=/a.com/", true},
+		{"http://A.com:8080/shop/item", "cart=abc; path=/shop; Max-Age=60; SameSite=Lax",
+			"a.com~8080|cart=abc; Max-Age=60; SameSite=Lax; Path=/a.com:8080/shop", true},
+		{"http://a.com/x/y", "k=v; Path=relative", "a.com|k=v; Path=/a.com/x", true},
+		{"http://a.com/", "k=; domain=a.com; Expires=Thu, 01 Jan 1970 00:00:00 GMT",
+			"a.com|k=; Expires=Thu, 01 Jan 1970 00:00:00 GMT; Path=/a.com/", true},
+		{"http://[2001:db8::1]/x", "k=v", "2001.db8..1|k=v; Path=/[2001:db8::1]/", true},
+		{"http://a.com/", "novalue", "", false},
+		{"http://a.com/", "=v", "", false},
+	}
+	for _, tc := range tests {
+		got, ok := SetCookie(tc.in, mustURL(t, tc.origin))
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("SetCookie(%q, %s) = %q, %v; want %q, %v", tc.in, tc.origin, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestCookieHeader(t *testing.T) {
+	// The browser holds cookies of three sites under the VIP, and one a
+	// VIP-origin script set with Path=/ and no site prefix.
+	const header = "a.com|sid=1; b.com|sid=2; a.com~8080|sid=3; a.com|lang=de; stray=x; a.com|=bad; a.co|m=4"
+	tests := []struct {
+		origin, want string
+	}{
+		{"http://a.com/x", "sid=1; lang=de"},
+		{"http://A.COM:80/x", "sid=1; lang=de"},
+		{"http://b.com/", "sid=2"},
+		{"http://a.com:8080/", "sid=3"},
+		{"http://c.com/", ""},
+	}
+	for _, tc := range tests {
+		if got := CookieHeader(header, mustURL(t, tc.origin)); got != tc.want {
+			t.Errorf("CookieHeader(%s) = %q, want %q", tc.origin, got, tc.want)
+		}
+	}
+	// A cookie set through SetCookie comes back through CookieHeader.
+	origin := mustURL(t, "http://shop.com/cart/view")
+	set, _ := SetCookie("cart=42; Path=/", origin)
+	pair := set[:len("shop.com|cart=42")]
+	if got := CookieHeader(pair+"; other.com|cart=7", origin); got != "cart=42" {
+		t.Errorf("round trip: %q", got)
+	}
+}
