@@ -8,13 +8,11 @@ package netem
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os/exec"
 	"runtime"
-	"strings"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -95,9 +93,13 @@ type Link struct {
 	base Counters // subtracted by Counters after ResetCounters
 	emu  *emulator
 	tc   *tcLink
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
-// NewLink starts emulating profile p on spec. It first logs its exact
+// NewLink starts emulating profile p on spec; ctx bounds the setup only
+// (the tc commands), Close ends the link. It first logs its exact
 // configuration (profile, backend, interfaces, seed), turns off offloads on
 // both interfaces and their peers, then starts the backend. Close stops it.
 // Needs CAP_NET_ADMIN and CAP_NET_RAW (root).
@@ -196,16 +198,22 @@ func (l *Link) ResetCounters() {
 
 // Close stops the emulation and undoes what NewLink set up (the tc
 // backend's bridge and qdiscs); it logs the final counters. The interfaces
-// themselves are left as they were given.
+// themselves are left as they were given. Calling Close again returns the
+// first call's error.
 func (l *Link) Close() error {
-	c := l.Counters()
-	l.log.Info("link closed", "profile", l.prof.Name,
-		"up_packets", c.Up.Packets, "up_bytes", c.Up.Bytes, "up_drops", c.Up.Drops,
-		"down_packets", c.Down.Packets, "down_bytes", c.Down.Bytes, "down_drops", c.Down.Drops)
-	if l.emu != nil {
-		return l.emu.close()
-	}
-	return l.tc.close()
+	l.closeOnce.Do(func() {
+		c := l.Counters()
+		l.log.Info("link closed", "profile", l.prof.Name,
+			"up_packets", c.Up.Packets, "up_bytes", c.Up.Bytes, "up_drops", c.Up.Drops,
+			"down_packets", c.Down.Packets, "down_bytes", c.Down.Bytes, "down_drops", c.Down.Drops,
+			"capture_drops", c.Up.CaptureDrops+c.Down.CaptureDrops)
+		if l.emu != nil {
+			l.closeErr = l.emu.close()
+		} else {
+			l.closeErr = l.tc.close()
+		}
+	})
+	return l.closeErr
 }
 
 var (
@@ -263,11 +271,4 @@ func tryNetem() error {
 		errc <- nil
 	}()
 	return <-errc
-}
-
-// errClosed reports use of a closed link.
-var errClosed = errors.New("netem: link closed")
-
-func isClosedErr(err error) bool {
-	return err != nil && (errors.Is(err, errClosed) || strings.Contains(err.Error(), "file already closed"))
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vishvananda/netlink"
 )
 
@@ -194,6 +195,20 @@ func TestLinkUserspaceCounters(t *testing.T) {
 	// Up: the UDP query, SYN, ACK, TCP query; down: UDP answer, SYN-ACK, TCP answer (ACKs may lag).
 	if c.Up.Packets < 4 || c.Down.Packets < 3 || c.Up.Drops+c.Down.Drops != 0 || c.Up.CaptureDrops != 0 {
 		t.Errorf("counters %+v", c)
+	}
+	// The same figures through the Prometheus collector.
+	want := `
+# HELP pep_netem_dns_queries_total DNS queries (UDP or TCP to port 53) that entered the radio link.
+# TYPE pep_netem_dns_queries_total counter
+pep_netem_dns_queries_total{direction="down",profile="fast"} 0
+pep_netem_dns_queries_total{direction="up",profile="fast"} 2
+# HELP pep_netem_syns_total TCP SYNs (without ACK) that entered the radio link.
+# TYPE pep_netem_syns_total counter
+pep_netem_syns_total{direction="down",profile="fast"} 0
+pep_netem_syns_total{direction="up",profile="fast"} 1
+`
+	if err := testutil.CollectAndCompare(NewCollector(link), strings.NewReader(want), "pep_netem_syns_total", "pep_netem_dns_queries_total"); err != nil {
+		t.Error(err)
 	}
 	link.ResetCounters()
 	if c := link.Counters(); c.Up.Packets != 0 || c.Up.SYNs != 0 || len(c.Up.ConnsByDst) != 0 {

@@ -5,7 +5,7 @@
 //	pepnetem profiles
 //	pepnetem show PROFILE
 //	pepnetem plan [-ns NS] -a IF -b IF PROFILE
-//	pepnetem run [-ns NS] -a IF -b IF [-backend auto|tc|userspace] [-seed N] [-every 10s] PROFILE
+//	pepnetem run [-ns NS] -a IF -b IF [-backend auto|tc|userspace] [-seed N] [-every 10s] [-metrics :9102] PROFILE
 //	pepnetem calibrate [-quick] [-backend ...] [-profiles a,b,...]
 package main
 
@@ -16,11 +16,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"pep/netem"
 	"pep/netem/calibrate"
@@ -38,7 +42,7 @@ const usage = `usage:
   pepnetem profiles
   pepnetem show PROFILE
   pepnetem plan [-ns NS] -a IF -b IF PROFILE
-  pepnetem run [-ns NS] -a IF -b IF [-backend auto|tc|userspace] [-seed N] [-every DUR] PROFILE
+  pepnetem run [-ns NS] -a IF -b IF [-backend auto|tc|userspace] [-seed N] [-every DUR] [-metrics ADDR] PROFILE
   pepnetem calibrate [-quick] [-backend auto|tc|userspace] [-profiles a,b,...]
 PROFILE is a built-in name (see "pepnetem profiles") or a path to a .yaml file.`
 
@@ -56,6 +60,7 @@ func run(args []string, out io.Writer, log *slog.Logger) error {
 	every := fs.Duration("every", 0, "log counters this often (0: only on exit)")
 	quick := fs.Bool("quick", false, "calibrate: the short subset run by make test")
 	profiles := fs.String("profiles", "", "calibrate: comma-separated profiles (default: the full or quick set)")
+	metrics := fs.String("metrics", "", "run: serve Prometheus metrics on this address (e.g. :9102; empty: none)")
 	nice := fs.Int("nice", -10, "run, calibrate: nice value of this process, so that packets leave on time on a busy machine")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -114,6 +119,17 @@ func run(args []string, out io.Writer, log *slog.Logger) error {
 			netem.Options{Backend: be, Logger: log, Seed: *seed})
 		if err != nil {
 			return err
+		}
+		if *metrics != "" {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(netem.NewCollector(link))
+			srv := &http.Server{Addr: *metrics, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+			go func() {
+				if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("metrics server", "err", err)
+				}
+			}()
+			defer srv.Close()
 		}
 		var tick <-chan time.Time
 		if *every > 0 {
