@@ -71,7 +71,7 @@ func startProxy(t testing.TB, o Options) (*Proxy, string, *prometheus.Registry) 
 		if err := p.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
-		if err := <-done; err != nil {
+		if err := <-done; err != nil && err != ErrServerClosed {
 			t.Errorf("serve: %v", err)
 		}
 	})

@@ -42,7 +42,7 @@ type Proxy struct {
 	m      *metrics
 
 	mu      sync.Mutex
-	servers []*dns.Server
+	servers []server
 	closed  bool
 }
 
@@ -103,43 +103,64 @@ func (p *Proxy) ListenAndServe(addr string) error {
 	return p.Serve(pc, ln)
 }
 
+// ErrServerClosed is returned by Serve and ListenAndServe when called
+// after Shutdown.
+var ErrServerClosed = errors.New("dnsproxy: server closed")
+
+// server is one miekg/dns server and a channel closed once it has started
+// (or failed to), so that Shutdown never races its start.
+type server struct {
+	s     *dns.Server
+	ready chan struct{}
+}
+
 // Serve answers queries on pc (UDP) and ln (TCP); either may be nil. It
-// blocks until Shutdown (then returns nil) or a socket fails.
+// blocks until Shutdown (then returns nil) or a socket fails. After
+// Shutdown it closes pc and ln and returns ErrServerClosed.
 func (p *Proxy) Serve(pc net.PacketConn, ln net.Listener) error {
-	var srvs []*dns.Server
+	var srvs []server
 	if pc != nil {
 		if u, ok := pc.(*net.UDPConn); ok {
 			_ = u.SetReadBuffer(4 << 20) // absorb bursts; the kernel caps it at rmem_max
 		}
-		srvs = append(srvs, &dns.Server{PacketConn: pc, Handler: p})
+		srvs = append(srvs, server{&dns.Server{PacketConn: pc, Handler: p}, make(chan struct{})})
 	}
 	if ln != nil {
-		srvs = append(srvs, &dns.Server{Listener: ln, Handler: p})
+		srvs = append(srvs, server{&dns.Server{Listener: ln, Handler: p}, make(chan struct{})})
 	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return errors.New("dnsproxy: serve after shutdown")
+		if pc != nil {
+			pc.Close()
+		}
+		if ln != nil {
+			ln.Close()
+		}
+		return ErrServerClosed
 	}
 	p.servers = append(p.servers, srvs...)
 	p.mu.Unlock()
 	errc := make(chan error, len(srvs))
 	for _, s := range srvs {
-		go func() { errc <- s.ActivateAndServe() }()
+		var once sync.Once
+		s.s.NotifyStartedFunc = func() { once.Do(func() { close(s.ready) }) }
+		go func() {
+			err := s.s.ActivateAndServe()
+			once.Do(func() { close(s.ready) })
+			errc <- err
+		}()
 	}
 	var first error
 	for range srvs {
 		if err := <-errc; err != nil && first == nil {
 			first = err
-			p.mu.Lock()
-			closed := p.closed
-			p.mu.Unlock()
-			if closed {
-				first = nil
-			}
 		}
 	}
-	if first != nil {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if first != nil && !closed {
 		return fmt.Errorf("dnsproxy: %w", first)
 	}
 	return nil
@@ -154,7 +175,12 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Unlock()
 	var errs []error
 	for _, s := range srvs {
-		if err := s.ShutdownContext(ctx); err != nil {
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := s.s.ShutdownContext(ctx); err != nil && err.Error() != "dns: server not started" {
 			errs = append(errs, err)
 		}
 	}

@@ -57,6 +57,10 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
+// ErrServerClosed is returned by Serve and ListenAndServe when called
+// after Shutdown.
+var ErrServerClosed = errors.New("splice: server closed")
+
 // Splicer accepts TLS connections and splices them to their SNI's origin.
 type Splicer struct {
 	res     Resolver
@@ -109,13 +113,14 @@ func (s *Splicer) ListenAndServe(addr string) error {
 }
 
 // Serve accepts connections on ln until Shutdown (then it returns nil) or
-// an accept error that is not temporary. It closes ln.
+// an accept error that is not temporary. It closes ln. Called after
+// Shutdown it returns ErrServerClosed.
 func (s *Splicer) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		ln.Close()
-		return errors.New("splice: serve after shutdown")
+		return ErrServerClosed
 	}
 	s.lns[ln] = struct{}{}
 	s.mu.Unlock()
