@@ -79,6 +79,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		log = slog.Default()
 	}
 	log = log.With("component", "netem-calibrate")
+	log.Info("calibration configuration", "profiles", cfg.Profiles, "backend", cfg.Backend.String(),
+		"quick", cfg.Quick, "seed", cfg.Seed, "attempts", Attempts,
+		"rtt_tolerance", RTTTolerance, "rate_tolerance", RateTolerance, "loss_z", LossZ)
 	mn, gw, ln := netem.UniqueName("cm"), netem.UniqueName("cg"), netem.UniqueName("cl")
 	for _, ns := range []string{mn, gw} {
 		if err := netem.CreateNamespace(ns); err != nil {
