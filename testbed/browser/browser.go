@@ -11,13 +11,16 @@
 package browser
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net/url"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -81,6 +84,12 @@ type Options struct {
 	// IgnoreCertErrors makes Chromium accept the testbed's test CA
 	// (--ignore-certificate-errors).
 	IgnoreCertErrors bool
+	// ProfileDir is the folder in which the session makes its fresh
+	// profile folder ("chromium-*", removed on Close); "" means the
+	// system's temporary folder. Every Chromium process carries the
+	// profile's path on its command line, so a run-unique ProfileDir makes
+	// its processes easy to find.
+	ProfileDir string
 	// Log receives the session's events; nil discards them.
 	Log *slog.Logger
 }
@@ -151,9 +160,13 @@ type Session struct {
 	browser   context.Context
 	stop      context.CancelFunc
 	version   string
+	profile   string
+	// conns maps the DevTools connection ids the session has seen to
+	// their remote address, across pages.
+	conns map[float64]string
 }
 
-// NewSession starts Chromium with a fresh temporary profile (removed on
+// NewSession starts Chromium with a fresh profile folder (removed on
 // Close) and waits until DevTools answers. Errors name the binary and carry
 // Chromium's output.
 func NewSession(ctx context.Context, opts Options) (*Session, error) {
@@ -177,7 +190,11 @@ func NewSession(ctx context.Context, opts Options) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("browser: %w", err)
 	}
-	aopts := []chromedp.ExecAllocatorOption{chromedp.ExecPath(path)}
+	profile, err := os.MkdirTemp(opts.ProfileDir, "chromium-")
+	if err != nil {
+		return nil, fmt.Errorf("browser: profile: %w", err)
+	}
+	aopts := []chromedp.ExecAllocatorOption{chromedp.ExecPath(path), chromedp.UserDataDir(profile)}
 	for _, f := range Flags(opts) {
 		name, val, hasVal := strings.Cut(strings.TrimPrefix(f, "--"), "=")
 		if hasVal {
@@ -198,7 +215,7 @@ func NewSession(ctx context.Context, opts Options) (*Session, error) {
 			cmd.Args = append([]string{"ip", "netns", "exec", ns, path}, cmd.Args[1:]...)
 		}
 	}))
-	s := &Session{opts: opts, log: log}
+	s := &Session{opts: opts, log: log, profile: profile, conns: map[float64]string{}}
 	s.allocCtx, s.allocStop = chromedp.NewExecAllocator(context.WithoutCancel(ctx), aopts...)
 	s.browser, s.stop = chromedp.NewContext(s.allocCtx)
 	// The first Run starts the browser and binds its life to the context
@@ -220,7 +237,9 @@ func NewSession(ctx context.Context, opts Options) (*Session, error) {
 // UserAgent returns the browser's user agent string (it names the version).
 func (s *Session) UserAgent() string { return s.version }
 
-// Close closes the browser gracefully (killing it after a grace period) and
+// Close closes the browser gracefully (killing it after a grace period),
+// kills any of its processes still running (found by the profile path on
+// their command lines, as chromedp does for its own temporary profiles) and
 // removes its profile. Calling it more than once is safe.
 func (s *Session) Close() error {
 	if s.stop == nil {
@@ -229,7 +248,33 @@ func (s *Session) Close() error {
 	s.stop()
 	s.allocStop()
 	s.stop = nil
+	for i := 0; i < 50 && killProfile(s.profile) > 0; i++ {
+		time.Sleep(20 * time.Millisecond) // children can fork while their parent dies
+	}
+	if err := os.RemoveAll(s.profile); err != nil {
+		return fmt.Errorf("browser: %w", err)
+	}
 	return nil
+}
+
+// killProfile sends SIGKILL to every process with --user-data-dir=dir on
+// its command line and returns how many it found.
+func killProfile(dir string) int {
+	want := []byte("--user-data-dir=" + dir + "\x00")
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(cmd, want) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			n++
+		}
+	}
+	return n
 }
 
 // Page is what one page load measured. Times are from navigationStart
@@ -260,6 +305,14 @@ type Page struct {
 	// page, its redirects and frames): the names a browser must resolve
 	// whatever a proxy rewrites.
 	Hosts, DocHosts map[string]int
+	// Conns counts the connections this page's responses came over that
+	// no earlier page of the session used (Network.responseReceived's
+	// connectionId), by remote IP address in ConnsByIP; ConnsReused counts
+	// those opened by earlier pages and used again. Connections that never
+	// carried a response (failed, or preconnected and unused) are not
+	// counted: the radio link's SYN counter sees those.
+	Conns, ConnsReused int
+	ConnsByIP          map[string]int
 	// Wall is the time Load took, settling included.
 	Wall time.Duration
 }
@@ -268,6 +321,8 @@ type Page struct {
 type netLog struct {
 	mu        sync.Mutex
 	page      *Page
+	seen      map[float64]string // the session's connections (Session.conns)
+	used      map[float64]bool   // this page's
 	inflight  map[network.RequestID]bool
 	httpError map[network.RequestID]bool // got a status >= 400
 	last      time.Time
@@ -290,6 +345,16 @@ func (n *netLog) event(ev any) {
 		}
 		n.inflight[e.RequestID] = true
 	case *network.EventResponseReceived:
+		if r := e.Response; r != nil && r.ConnectionID != 0 && !r.FromDiskCache && !r.FromServiceWorker && !r.FromPrefetchCache && !n.used[r.ConnectionID] {
+			n.used[r.ConnectionID] = true
+			if _, old := n.seen[r.ConnectionID]; old {
+				n.page.ConnsReused++
+			} else {
+				n.seen[r.ConnectionID] = r.RemoteIPAddress
+				n.page.Conns++
+				n.page.ConnsByIP[r.RemoteIPAddress]++
+			}
+		}
 		if e.Response != nil && e.Response.Status >= 400 && !n.httpError[e.RequestID] {
 			n.httpError[e.RequestID] = true
 			n.page.HTTPErrors++
@@ -334,8 +399,9 @@ const navTimingJS = `(() => { const e = performance.getEntriesByType('navigation
 // error. The browser keeps its connections between tabs, as a user's would.
 func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 	start := time.Now()
-	p := Page{URL: rawURL, Hosts: map[string]int{}, DocHosts: map[string]int{}}
-	n := &netLog{page: &p, inflight: map[network.RequestID]bool{}, httpError: map[network.RequestID]bool{}, last: start}
+	p := Page{URL: rawURL, Hosts: map[string]int{}, DocHosts: map[string]int{}, ConnsByIP: map[string]int{}}
+	n := &netLog{page: &p, seen: s.conns, used: map[float64]bool{}, inflight: map[network.RequestID]bool{},
+		httpError: map[network.RequestID]bool{}, last: start}
 	tab, closeTab := chromedp.NewContext(s.browser)
 	defer closeTab()
 	// Listen opens the tab; chromedp enables the Network domain on it.
@@ -390,7 +456,7 @@ func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 	}
 	n.mu.Lock()
 	out := p
-	out.Hosts, out.DocHosts = maps.Clone(p.Hosts), maps.Clone(p.DocHosts)
+	out.Hosts, out.DocHosts, out.ConnsByIP = maps.Clone(p.Hosts), maps.Clone(p.DocHosts), maps.Clone(p.ConnsByIP)
 	n.mu.Unlock()
 	out.Wall = time.Since(start)
 	s.log.Debug("page", "url", rawURL, "loaded", out.Loaded, "plt", out.PLT, "requests", out.Requests, "bytes", out.Bytes, "failed", out.Failed, "err", out.Err)

@@ -156,11 +156,13 @@ func TestLoadLocalPage(t *testing.T) {
 	}
 	site := newTestSite(t, ln)
 	ctx := context.Background()
-	s, err := NewSession(ctx, Options{Log: testLogger(t), PageTimeout: 20 * time.Second, Settle: 200 * time.Millisecond})
+	profiles := t.TempDir()
+	s, err := NewSession(ctx, Options{Log: testLogger(t), PageTimeout: 20 * time.Second, Settle: 200 * time.Millisecond, ProfileDir: profiles})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	profile := s.profile
 	if !strings.Contains(s.UserAgent(), "Chrome/") {
 		t.Errorf("user agent %q does not name Chrome", s.UserAgent())
 	}
@@ -209,6 +211,12 @@ func TestLoadLocalPage(t *testing.T) {
 	if got := site.conns.Load(); got != connsAfterFirst {
 		t.Errorf("second load opened %d new connections, want 0 (kept alive across tabs)", got-connsAfterFirst)
 	}
+	if first.Conns != int(connsAfterFirst) || first.ConnsByIP["127.0.0.1"] != first.Conns || first.ConnsReused != 0 {
+		t.Errorf("first load: browser counted %d new connections (%v), %d reused; server accepted %d", first.Conns, first.ConnsByIP, first.ConnsReused, connsAfterFirst)
+	}
+	if second.Conns != 0 || second.ConnsReused < 1 {
+		t.Errorf("second load: browser counted %d new, %d reused connections; want 0 new, at least 1 reused", second.Conns, second.ConnsReused)
+	}
 
 	s.opts.PageTimeout = 2 * time.Second
 	hung, err := s.Load(ctx, "http://"+site.addr+"/hang.html")
@@ -217,6 +225,16 @@ func TestLoadLocalPage(t *testing.T) {
 	}
 	if hung.Loaded || hung.Err != "no loadEventEnd within 2s" {
 		t.Errorf("hanging page: loaded %v, err %q; want not loaded, %q", hung.Loaded, hung.Err, "no loadEventEnd within 2s")
+	}
+
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := killProfile(profile); n > 0 {
+		t.Errorf("%d Chromium processes of the session still ran after Close", n)
+	}
+	if _, err := os.Stat(profile); !os.IsNotExist(err) {
+		t.Errorf("profile %s still exists after Close: %v", profile, err)
 	}
 }
 

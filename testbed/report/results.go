@@ -45,6 +45,14 @@ type Record struct {
 	DocHosts   int   `json:"doc_hosts"`   // distinct hostnames of document requests (top-level page and frames)
 	Hosts      int   `json:"hosts"`       // distinct hostnames the page requested
 
+	// From the browser (DevTools connectionId of each response): the
+	// connections this page used that no earlier page of the session had
+	// opened, those to the VIP among them, and the earlier ones it used
+	// again. Only connections that carried a response count.
+	BrowserConns       int `json:"browser_conns"`
+	BrowserVIPConns    int `json:"browser_vip_conns"`
+	BrowserConnsReused int `json:"browser_conns_reused"`
+
 	// From the radio link's counters, between the start of this page's
 	// load and the end of its settling: what crossed the radio link.
 	SYNCount    int            `json:"syn_count"`    // TCP SYNs from mn (connection attempts, retransmissions included)

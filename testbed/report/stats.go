@@ -79,7 +79,8 @@ func Kbit(bytes, ms float64) float64 {
 // over the pages, summarised over runs.
 type ModeTotals struct {
 	Mode                      string
-	Conns, DNS, VIP, Origin   Spread // per run, summed over pages
+	Conns, DNS, VIP, Origin   Spread // per run, summed over pages: browser connections, DNS queries, SYNs to the VIP and to origins
+	SYNs, Reused              Spread // per run: SYNs on the link, connections reused from earlier pages
 	ConnsPerPage, DNSPerPage  Spread // per run, divided by the pages of the run
 	Loaded, Pages             int    // pages loaded and page loads in all runs
 	Requests, Failed, Errs404 int    // summed over all runs
@@ -91,7 +92,7 @@ type PageStats struct {
 	PLT, DCL   Spread // ms, loaded runs only
 	Bytes      Spread // bytes, loaded runs only
 	Kbit       Spread // bytes*8/PLT, kbit/s
-	Conns, DNS Spread // per load
+	Conns, DNS Spread // per load: browser connections, DNS queries
 	Loaded     int
 	Runs       int
 }
@@ -169,14 +170,16 @@ func newView(p ProfileInfo, recs []Record) View {
 
 	for _, m := range v.Modes {
 		t := ModeTotals{Mode: m}
-		var conns, dns, vip, origin, cpp, dpp []float64
+		var conns, dns, vip, origin, syns, reused, cpp, dpp []float64
 		for _, run := range v.Runs {
-			var c, d, vi, o, n float64
+			var c, d, vi, o, sy, re, n float64
 			for _, r := range recs {
 				if r.Mode != m || r.Run != run {
 					continue
 				}
-				c += float64(r.SYNCount)
+				c += float64(r.BrowserConns)
+				sy += float64(r.SYNCount)
+				re += float64(r.BrowserConnsReused)
 				d += float64(r.DNSQueries)
 				vi += float64(r.VIPConns)
 				o += float64(r.OriginConns)
@@ -193,9 +196,11 @@ func newView(p ProfileInfo, recs []Record) View {
 				continue
 			}
 			conns, dns, vip, origin = append(conns, c), append(dns, d), append(vip, vi), append(origin, o)
+			syns, reused = append(syns, sy), append(reused, re)
 			cpp, dpp = append(cpp, c/n), append(dpp, d/n)
 		}
 		t.Conns, t.DNS, t.VIP, t.Origin = NewSpread(conns), NewSpread(dns), NewSpread(vip), NewSpread(origin)
+		t.SYNs, t.Reused = NewSpread(syns), NewSpread(reused)
 		t.ConnsPerPage, t.DNSPerPage = NewSpread(cpp), NewSpread(dpp)
 		v.Totals[m] = t
 
@@ -207,7 +212,7 @@ func newView(p ProfileInfo, recs []Record) View {
 					continue
 				}
 				s.Runs++
-				cs, ds = append(cs, float64(r.SYNCount)), append(ds, float64(r.DNSQueries))
+				cs, ds = append(cs, float64(r.BrowserConns)), append(ds, float64(r.DNSQueries))
 				if !r.Loaded {
 					continue
 				}

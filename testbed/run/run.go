@@ -207,7 +207,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 	s, err := browser.NewSession(ctx, browser.Options{
 		NS: bed.Topo.Config.MNNS(), ExecPath: c.Chromium, Resolver: c.Resolver,
 		PageTimeout: c.PageTimeout, Settle: c.Settle, IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned,
-		Log: bed.log.With("mode", m, "run", run),
+		ProfileDir: bed.work, Log: bed.log.With("mode", m, "run", run),
 	})
 	if err != nil {
 		return nil, "", err
@@ -230,6 +230,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 			Loaded: p.Loaded, Error: p.Err, PLTms: ms(p.PLT), DCLms: ms(p.DCL),
 			Bytes: p.Bytes, Requests: p.Requests, Failed: p.Failed, HTTPErrors: p.HTTPErrors,
 			DocHosts: len(p.DocHosts), Hosts: len(p.Hosts),
+			BrowserConns: p.Conns, BrowserVIPConns: p.ConnsByIP[vip.String()], BrowserConnsReused: p.ConnsReused,
 			SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries),
 			LinkUpBytes: int64(lc.Up.Bytes), LinkDnBytes: int64(lc.Down.Bytes), LinkDrops: int(lc.Up.Drops + lc.Down.Drops),
 			Origin404: int(st.Misses), Resolver: string(c.Resolver), Warm: c.Warm, WallMs: ms(p.Wall),

@@ -300,6 +300,30 @@ func Leftovers(pid int) []string {
 	return found
 }
 
+// Processes returns the pids of the processes whose command line names a
+// testbed of process pid ("peptb-<pid>-" in an argument: config files,
+// profile folders and namespace names all carry the prefix); pid 0 matches
+// every testbed. The cleanup tests use it.
+func Processes(pid int) []int {
+	pre := []byte("peptb-")
+	if pid > 0 {
+		pre = append(pre, strconv.Itoa(pid)+"-"...)
+	}
+	var found []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == os.Getpid() {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(cmd, pre) {
+			found = append(found, p)
+		}
+	}
+	return found
+}
+
 // Sweep removes the namespaces and /etc/netns folders of testbed runs whose
 // process is gone (a run killed with SIGKILL cannot clean up after itself),
 // killing what still runs in them. It returns the names it removed.

@@ -192,6 +192,9 @@ func TestUpReachCloseNothingLeft(t *testing.T) {
 	if err := syscall.Kill(sleeper.Pid(), 0); err == nil {
 		t.Errorf("process %d in gw still runs after Close", sleeper.Pid())
 	}
+	if left := Processes(os.Getpid()); len(left) > 0 {
+		t.Errorf("processes naming the testbed still run: %v", left)
+	}
 }
 
 // TestUpFailureCleansUp makes the plan fail part way (the core's namespace

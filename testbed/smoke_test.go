@@ -1,0 +1,134 @@
+package testbed
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"pep/testbed/report"
+	"pep/testbed/run"
+	"pep/testbed/topo"
+)
+
+// smokePages are tp5n pages with objects on several hostnames, all http
+// (no HSTS-preloaded name, so url mode rewrites every subresource), small
+// enough for a quick run.
+const smokePages = "baidu.com,yahoo.co.jp,php.net"
+
+// tp5nPath is the real corpus: PEP_TP5N, else ../../shared/corpus.
+func tp5nPath() string {
+	if p := os.Getenv("PEP_TP5N"); p != "" {
+		return p
+	}
+	return filepath.Join("..", "..", "shared", "corpus", "tp5n.tar.gz")
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// buildCommands builds pepd (and pepctl, once it exists) into a temporary
+// folder, so that the test runs the appliance of this checkout.
+func buildCommands(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	pkgs := []string{"../cmd/pepd"}
+	if _, err := os.Stat("../cmd/pepctl"); err == nil {
+		pkgs = append(pkgs, "../cmd/pepctl")
+	}
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %v: %v\n%s", pkgs, err, out)
+	}
+	return dir
+}
+
+// TestSmoke runs the four modes over a few tp5n pages under the fast
+// profile, end to end (namespaces, emulated link, replay origin, dnsmasq,
+// Squid, pepd, Chromium), and checks the seed paper's claims in their
+// sharpest form: every page loads; in url mode the DNS queries that cross
+// the radio link per page are the page's document hostnames (normally
+// one) and there are fewer SYNs than in direct mode; in dns mode the
+// browser connects to the VIP; nothing of the run is left behind.
+func TestSmoke(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (namespaces, nftables, AF_PACKET): sudo go test -run TestSmoke ./testbed")
+	}
+	for _, b := range []string{"chromium", "squid", "dnsmasq", "nft", "ip", "ethtool"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Skipf("needs %s (make deps): %v", b, err)
+		}
+	}
+	corpus := tp5nPath()
+	if _, err := os.Stat(corpus); err != nil {
+		t.Skipf("needs the tp5n corpus (set PEP_TP5N): %v", err)
+	}
+	c := run.Default()
+	c.Corpus = corpus
+	c.Pages = smokePages
+	c.Profiles = []string{"fast"}
+	c.Runs = 1
+	c.Out = t.TempDir()
+	c.Bin = buildCommands(t)
+	c.PageTimeout = time.Minute
+	log := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	res, err := run.Run(context.Background(), c, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := topo.Leftovers(os.Getpid()); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	if procs := topo.Processes(os.Getpid()); len(procs) > 0 {
+		t.Errorf("processes of the run still running: %v", procs)
+	}
+
+	byMode := map[string][]report.Record{}
+	for _, r := range res.Records {
+		byMode[r.Mode] = append(byMode[r.Mode], r)
+		if !r.Loaded {
+			t.Errorf("%s %s did not load: %s", r.Mode, r.Page, r.Error)
+		}
+	}
+	pages := len(strings.Split(smokePages, ","))
+	for _, m := range run.Modes {
+		if len(byMode[m]) != pages {
+			t.Fatalf("%s: %d records, want %d", m, len(byMode[m]), pages)
+		}
+	}
+	synDirect, synURL := 0, 0
+	for i, u := range byMode["url"] {
+		d := byMode["direct"][i]
+		synDirect += d.SYNCount
+		synURL += u.SYNCount
+		if u.DocHosts < 1 || u.DNSQueries != u.DocHosts {
+			t.Errorf("url %s: %d DNS queries crossed the link, want the %d document hostnames", u.Page, u.DNSQueries, u.DocHosts)
+		}
+		if d.DNSQueries < d.Hosts {
+			t.Errorf("direct %s: %d DNS queries for %d hostnames", d.Page, d.DNSQueries, d.Hosts)
+		}
+	}
+	if synURL >= synDirect {
+		t.Errorf("url mode: %d SYNs over the pages, direct %d: want fewer", synURL, synDirect)
+	}
+	for _, r := range byMode["dns"] {
+		if r.VIPConns == 0 || r.OriginConns > 0 {
+			t.Errorf("dns %s: %d connections to the VIP, %d to origins (%v): want all to the VIP", r.Page, r.VIPConns, r.OriginConns, r.ConnsByDst)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.Out, "results.json")); err != nil {
+		t.Error(err)
+	}
+	if _, err := report.Generate(res, c.Out); err != nil {
+		t.Error(err)
+	}
+}

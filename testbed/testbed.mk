@@ -1,0 +1,34 @@
+# testbed.mk: the paper's experiment (testbed/README.md). Included by the top
+# Makefile. Variables (make testbed CORPUS=... PROFILE=...):
+#   CORPUS   default (embedded: the paper's Yahoo, CNN, Britannica), a tp5n
+#            .tar.gz or folder, a .warc[.gz] or a folder of them
+#   PROFILE  netem profiles, comma-separated (default: the paper's two cells)
+#   MODES    direct,off,dns,url
+#   RUNS     runs per mode (a fresh browser, a cold Squid each)
+#   PAGES    "" (all), N (the first N) or a comma-separated list of names
+#   OUT      output folder (results.json, report.md, plots, logs)
+#   TESTBED_FLAGS  more flags for `testbed run` (-warm, -resolver system,
+#            -unpartitioned, -wired PROFILE, -parallel N, ...)
+
+CORPUS        ?= default
+PROFILE       ?= paper-average,paper-congested
+MODES         ?= direct,off,dns,url
+RUNS          ?= 3
+PAGES         ?=
+OUT           ?= testbed-out
+TESTBED_FLAGS ?= -parallel 2
+
+.PHONY: testbed testbed-report testbed-smoke testbed-clean
+
+testbed: deps build ## run the paper's experiment (CORPUS= PROFILE= MODES= RUNS= PAGES= OUT=), print OUT/report.md
+	$(BIN)/testbed run -corpus '$(CORPUS)' -profile '$(PROFILE)' -modes '$(MODES)' -runs $(RUNS) \
+	  -pages '$(PAGES)' -out '$(OUT)' $(TESTBED_FLAGS)
+
+testbed-report: build ## regenerate OUT/report.md and the plots from OUT/results.json
+	$(BIN)/testbed report -in '$(OUT)'
+
+testbed-smoke: deps build ## the testbed smoke test: a few tp5n pages, fast profile, four modes (root)
+	$(GO) test -count=1 -run 'TestSmoke' -v ./testbed/
+
+testbed-clean: build ## remove namespaces and files left by killed testbed runs
+	$(BIN)/testbed clean
