@@ -35,7 +35,8 @@ gateway)
 	ip addr add 198.18.0.1/24 dev "$r"
 	ip link set "$r" name sub0 2>/dev/null && r=sub0 || log "cannot rename $r to sub0: rendering the ruleset for $r"
 	ip route add 198.19.0.0/16 via 198.18.1.2
-	sysctl -q -w net.ipv4.ip_forward=1 net.ipv4.tcp_slow_start_after_idle=0
+	# ip_forward, rp_filter and tcp_slow_start_after_idle: compose's sysctls
+	# (a container cannot write /proc/sys itself).
 	pep-gateway render -sub-if "$r" > /run/pep-gateway.nft
 	for c in $(pep-gateway routes | tr ' ' '~'); do c=$(echo "$c" | tr '~' ' '); $c 2>/dev/null || true; done
 	nft -f /run/pep-gateway.nft
