@@ -34,6 +34,22 @@ type Upstream struct {
 	log      *slog.Logger
 	m        *metrics
 	dialer   net.Dialer
+	idle     map[string]chan *pooledConn // per resolver: connected UDP sockets not in use
+}
+
+// Source-port reuse: a UDP socket serves one query at a time and at most
+// socketUses queries in all, so the source port (chosen at random by the
+// kernel for each new socket) changes every few queries while most queries
+// skip socket(2), connect(2) and close(2). A socket that saw a timeout or an
+// error is closed, never reused. idleSockets bounds the pool per resolver.
+const (
+	socketUses  = 64
+	idleSockets = 256
+)
+
+type pooledConn struct {
+	c    net.Conn
+	uses int
 }
 
 // UpstreamOptions configure an Upstream.
@@ -79,8 +95,12 @@ func NewUpstream(o UpstreamOptions, m *metrics) (*Upstream, error) {
 	if m == nil {
 		m = newMetrics(nil)
 	}
+	idle := map[string]chan *pooledConn{}
+	for _, r := range o.Resolvers {
+		idle[r] = make(chan *pooledConn, idleSockets)
+	}
 	return &Upstream{servers: o.Resolvers, timeout: o.Timeout, attempts: o.Attempts,
-		sem: make(chan struct{}, o.MaxInflight), log: o.Logger, m: m}, nil
+		sem: make(chan struct{}, o.MaxInflight), log: o.Logger, m: m, idle: idle}, nil
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, dns.MaxMsgSize); return &b }}
@@ -178,11 +198,36 @@ func (u *Upstream) exchangeUDP(ctx context.Context, server string, q []byte, qen
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	c, err := u.dialer.DialContext(ctx, "udp", server)
-	if err != nil {
-		return nil, err
+	var pc *pooledConn
+	select {
+	case pc = <-u.idle[server]:
+	default:
+		c, err := u.dialer.DialContext(ctx, "udp", server)
+		if err != nil {
+			return nil, err
+		}
+		pc = &pooledConn{c: c}
 	}
-	defer c.Close()
+	pc.uses++
+	ans, err := u.readUDP(pc.c, server, q, qend, deadline)
+	if err != nil || pc.uses >= socketUses {
+		pc.c.Close()
+	} else {
+		select {
+		case u.idle[server] <- pc:
+		default:
+			pc.c.Close()
+		}
+	}
+	if err == nil {
+		u.m.upstream.WithLabelValues("udp").Observe(time.Since(start).Seconds())
+	}
+	return ans, err
+}
+
+// readUDP sends q on c and reads until the answer to q arrives or the
+// deadline passes.
+func (u *Upstream) readUDP(c net.Conn, server string, q []byte, qend int, deadline time.Time) ([]byte, error) {
 	if err := c.SetDeadline(deadline); err != nil {
 		return nil, err
 	}
@@ -202,7 +247,6 @@ func (u *Upstream) exchangeUDP(ctx context.Context, server string, q []byte, qen
 			u.skip(server, err, bad)
 			continue
 		}
-		u.m.upstream.WithLabelValues("udp").Observe(time.Since(start).Seconds())
 		return append([]byte(nil), ans...), nil
 	}
 }
