@@ -25,6 +25,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"pep/internal/config"
 	"pep/internal/guard"
 	"pep/internal/mode"
 )
@@ -79,12 +80,34 @@ func (p *Proxy) Upstream() *Upstream { return p.up }
 // policy in for the next query. On error the old policy stays and the
 // error names the file and line.
 func (p *Proxy) Reload() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	pol, err := NewPolicy(p.opts.RewriteDomains, p.opts.RewriteDomainsFile, p.opts.RewriteWWW, p.opts.Exclude)
 	if err != nil {
 		return err
 	}
 	p.policy.Store(pol)
 	p.log.Info("rewrite policy reloaded", "file", p.opts.RewriteDomainsFile)
+	return nil
+}
+
+// ReloadConfig is Reload for a new configuration (pepd's SIGHUP): the
+// policy is rebuilt from c's dns.rewrite_domains, rewrite_domains_file,
+// rewrite_www and exclude, which later Reloads keep. The other settings
+// (VIP, TTL, AAAA and HTTPS policies, resolvers, limits) take effect at the
+// next start. On error nothing changes.
+func (p *Proxy) ReloadConfig(c *config.Config) error {
+	d := c.DNS
+	pol, err := NewPolicy(d.RewriteDomains, d.RewriteDomainsFile, d.RewriteWWW, d.Exclude)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.opts.RewriteDomains, p.opts.RewriteDomainsFile = d.RewriteDomains, d.RewriteDomainsFile
+	p.opts.RewriteWWW, p.opts.Exclude = d.RewriteWWW, d.Exclude
+	p.policy.Store(pol)
+	p.mu.Unlock()
+	p.log.Info("rewrite policy reloaded", "file", d.RewriteDomainsFile, "domains", len(d.RewriteDomains))
 	return nil
 }
 

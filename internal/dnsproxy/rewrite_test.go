@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"pep/internal/config"
 )
 
 func testRewriter() *Rewriter {
@@ -223,5 +225,14 @@ func TestReload(t *testing.T) {
 	}
 	if !match("www.bar.com.") {
 		t.Errorf("a failed reload lost the old policy")
+	}
+
+	c := config.Default()
+	c.DNS.RewriteDomains = []string{"baz.org"}
+	if err := p.ReloadConfig(&c); err != nil {
+		t.Fatal(err)
+	}
+	if match("www.bar.com.") || !match("www.baz.org.") {
+		t.Errorf("after ReloadConfig: bar.com %v baz.org %v, want false true", match("www.bar.com."), match("www.baz.org."))
 	}
 }
