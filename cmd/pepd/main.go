@@ -1,7 +1,8 @@
 // Command pepd is the appliance's one process (DESIGN.md "pepd"): the HTTP
 // path in front of Squid (internal/httpproxy) with its listeners for
-// nftables REDIRECT and TPROXY (internal/intercept), the admin API
-// (internal/admin), and the run-time mode switch.
+// nftables REDIRECT and TPROXY (internal/intercept), the DNS rewriter
+// (internal/dnsproxy), the TLS SNI splice for VIP:443 (internal/splice),
+// the admin API (internal/admin), and the run-time mode switch.
 //
 //	pepd -config /etc/pep/pepd.yaml [-mode url] [-http-listen :3129] ...
 //
@@ -38,11 +39,13 @@ import (
 
 	"pep/internal/admin"
 	"pep/internal/config"
+	"pep/internal/dnsproxy"
 	"pep/internal/guard"
 	"pep/internal/httpproxy"
 	"pep/internal/intercept"
 	"pep/internal/mode"
 	"pep/internal/rewrite"
+	"pep/internal/splice"
 )
 
 func main() {
@@ -240,6 +243,12 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 		return d.proxy.Reload(st)
 	})
 
+	// DNS rewriter and SNI splice (dns mode, issue 3).
+	if err := d.buildDNS(cfg); err != nil {
+		d.closeListeners()
+		return nil, err
+	}
+
 	// Admin API.
 	if cfg.Listen.Admin != "" {
 		ln, err := net.Listen("tcp", cfg.Listen.Admin)
@@ -255,23 +264,88 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 	return d, nil
 }
 
-// httpSettings builds the HTTP path's reloadable settings from c.
-func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
+// buildDNS adds the DNS proxy (listen.dns, UDP and TCP) and the TLS SNI
+// splice (listen.tls). The DNS proxy answers in every mode and rewrites
+// only in dns mode; the splice serves in every mode, since phones keep the
+// VIP cached for a whole vip_ttl after a switch. Their subscriber ranges,
+// VIP and resolvers need a restart; SIGHUP re-reads the rewrite lists.
+func (d *pepd) buildDNS(cfg *config.Config) error {
+	pol, err := d.policy(cfg)
+	if err != nil {
+		return err
+	}
+	o := dnsproxy.OptionsFrom(cfg)
+	o.Mode, o.Guard, o.Logger, o.Registerer = d.mode, pol, d.log.With("component", "dnsproxy"), d.reg
+	dp, err := dnsproxy.New(o)
+	if err != nil {
+		return err
+	}
+	if cfg.Listen.DNS != "" {
+		pc, err := net.ListenPacket("udp", cfg.Listen.DNS)
+		if err != nil {
+			return fmt.Errorf("dns: listen udp %q: %w", cfg.Listen.DNS, err)
+		}
+		ln, err := net.Listen("tcp", cfg.Listen.DNS)
+		if err != nil {
+			pc.Close()
+			return fmt.Errorf("dns: listen tcp %q: %w", cfg.Listen.DNS, err)
+		}
+		d.services = append(d.services, service{name: "dns " + pc.LocalAddr().String(),
+			serve: func() error { return ignoreClosed(dp.Serve(pc, ln)) }, shutdown: dp.Shutdown})
+	}
+	d.reloaders = append(d.reloaders, dp.ReloadConfig)
+	if cfg.Listen.TLS != "" {
+		sp, err := splice.New(splice.Options{Resolver: dp.Upstream(), Guard: pol,
+			Logger: d.log.With("component", "splice"), Registerer: d.reg})
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", cfg.Listen.TLS)
+		if err != nil {
+			return fmt.Errorf("splice: listen %q: %w", cfg.Listen.TLS, err)
+		}
+		d.services = append(d.services, service{name: "tls-splice " + ln.Addr().String(),
+			serve: func() error { return ignoreClosed(sp.Serve(ln)) }, shutdown: sp.Shutdown})
+	}
+	return nil
+}
+
+// ignoreClosed maps the DNS proxy's and the splice's "served after
+// Shutdown" errors to nil, as start expects of a stopped service.
+func ignoreClosed(err error) error {
+	if errors.Is(err, dnsproxy.ErrServerClosed) || errors.Is(err, splice.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// policy builds the not-an-open-proxy policy for c: subscribers, allowed
+// ports, and the VIP and this host's addresses as Self.
+func (d *pepd) policy(c *config.Config) (*guard.Policy, error) {
 	self, err := guard.LocalAddrs()
 	if err != nil {
-		return httpproxy.Settings{}, err
+		return nil, err
 	}
 	self = append(self, c.VIP)
 	if c.VIP6.IsValid() {
 		self = append(self, c.VIP6)
+	}
+	return guard.New(guard.Options{Subscribers: c.Subscribers, AllowedPorts: c.Guard.AllowedPorts,
+		Self: self, Allow: c.Guard.Allow, Deny: c.Guard.Deny}), nil
+}
+
+// httpSettings builds the HTTP path's reloadable settings from c.
+func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
+	pol, err := d.policy(c)
+	if err != nil {
+		return httpproxy.Settings{}, err
 	}
 	rw, err := rewrite.New(c.VIP.String(), rewrite.Config{MaxBodyBytes: int64(c.Rewrite.MaxBodyBytes)}, d.log, d.rwm)
 	if err != nil {
 		return httpproxy.Settings{}, err
 	}
 	return httpproxy.Settings{
-		Policy: guard.New(guard.Options{Subscribers: c.Subscribers, AllowedPorts: c.Guard.AllowedPorts,
-			Self: self, Allow: c.Guard.Allow, Deny: c.Guard.Deny}),
+		Policy:       pol,
 		Resolver:     &httpproxy.Resolver{Servers: c.Resolvers, Timeout: c.DNS.Timeout},
 		Rewriter:     rw,
 		HostMismatch: c.HTTP.HostMismatch,

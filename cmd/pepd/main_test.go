@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,7 +12,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
+
+	"pep/internal/dnsproxy/dnsmasqtest"
 )
+
+// freeUDPPort returns a 127.0.0.1 port free for both UDP and TCP.
+func freeUDPPort(t *testing.T) string {
+	return fmt.Sprintf("127.0.0.1:%d", dnsmasqtest.FreePort(t))
+}
 
 func freePort(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -23,9 +33,12 @@ func freePort(t *testing.T) string {
 }
 
 // TestProcess runs the pepd binary: it starts from a config file, answers
-// /healthz, switches mode through the admin API, reloads the file's mode on
-// SIGHUP, and exits 0 on SIGTERM.
+// /healthz, switches mode through the admin API (and its DNS listener,
+// wired to a real dnsmasq, starts rewriting: VIP first), reloads the
+// file's mode on SIGHUP, and exits 0 on SIGTERM.
 func TestProcess(t *testing.T) {
+	resolver := dnsmasqtest.Start(t, []string{"address=/www.foo.com/198.19.0.5"})
+	dnsAddr := freeUDPPort(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "pepd")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -34,8 +47,9 @@ func TestProcess(t *testing.T) {
 	admin, httpAddr := freePort(t), freePort(t)
 	cfgFile := filepath.Join(dir, "pepd.yaml")
 	writeCfg := func(mode string) {
-		cfg := "mode: " + mode + "\nsubscribers: [198.18.0.0/24]\nresolvers: [127.0.0.1:53]\nsquid: 127.0.0.1:3128\n" +
-			"listen:\n  http: " + httpAddr + "\n  dns: \"\"\n  admin: " + admin + "\n"
+		cfg := "mode: " + mode + "\nsubscribers: [198.18.0.0/24, 127.0.0.0/8]\nresolvers: [" + resolver + "]\nsquid: 127.0.0.1:3128\n" +
+			"listen:\n  http: " + httpAddr + "\n  dns: " + dnsAddr + "\n  admin: " + admin + "\n" +
+			"dns:\n  rewrite_domains: [foo.com]\n"
 		if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -92,6 +106,21 @@ func TestProcess(t *testing.T) {
 	}
 	if got := get("/mode"); got != "dns\n" {
 		t.Errorf("after PUT: mode %q, want dns", got)
+	}
+	q := new(dns.Msg)
+	q.SetQuestion("www.foo.com.", dns.TypeA)
+	in, err := dns.Exchange(q, dnsAddr)
+	if err != nil {
+		t.Fatalf("DNS query to pepd: %v", err)
+	}
+	var got []string
+	for _, rr := range in.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			got = append(got, a.A.String())
+		}
+	}
+	if strings.Join(got, ",") != "192.0.2.12,198.19.0.5" {
+		t.Errorf("dns mode answer for www.foo.com = %v, want [192.0.2.12 198.19.0.5] (VIP first, origin kept)", got)
 	}
 	writeCfg("url")
 	cmd.Process.Signal(syscall.SIGHUP)
