@@ -19,6 +19,7 @@ func BenchmarkRewriteLinkDense(b *testing.B) {
 	total := 0
 	for _, p := range pages {
 		total += len(p.body)
+		b.Logf("%s\t%s\t%d bytes", p.name, p.doc, len(p.body))
 	}
 	docs := make([]*url.URL, len(pages))
 	for i, p := range pages {

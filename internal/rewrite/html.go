@@ -1,8 +1,6 @@
 package rewrite
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -39,22 +37,25 @@ type Stats struct {
 // attribute keep their URLs (Subresource Integrity would fail on a rewritten
 // stylesheet and needs CORS). A nil doc leaves relative URLs alone.
 //
-// The document is tokenized with golang.org/x/net/html; every token that is not
-// changed is copied byte for byte from the input, so a document with nothing to
-// rewrite comes out identical. Rewriting works on bytes: any ASCII-compatible
-// charset passes unchanged. The error is a read or write error; a token longer
-// than Config.MaxTokenBytes is not an error (Stats.PassedThrough).
+// Tokens are found with the boundaries of golang.org/x/net/html's Tokenizer
+// (see scan.go); every byte outside a changed attribute value or <style>
+// text is copied as it came, so a document with nothing to rewrite comes out
+// identical. Rewriting works on bytes: any ASCII-compatible charset passes
+// unchanged. HTML reads src to its end before writing (Response has the body
+// in memory anyway; pepctl reads a file). The error is a read or write error;
+// a token longer than Config.MaxTokenBytes is not an error
+// (Stats.PassedThrough).
 func (r *Rewriter) HTML(dst io.Writer, src io.Reader, doc *url.URL) (Stats, error) {
-	bw, ok := dst.(*bufio.Writer)
-	if !ok {
-		bw = bufio.NewWriterSize(dst, 32<<10)
+	in, err := io.ReadAll(src)
+	if err != nil {
+		return Stats{}, fmt.Errorf("rewrite: reading html: %w", err)
 	}
 	d := r.newDoc(doc)
-	st, err := d.html(bw, src, r.cfg.MaxTokenBytes)
-	if ferr := bw.Flush(); err == nil && ferr != nil {
-		err = fmt.Errorf("rewrite: writing html: %w", ferr)
+	out := d.rewriteHTML(make([]byte, 0, len(in)+len(in)/8), in, r.cfg.MaxTokenBytes)
+	if _, err := dst.Write(out); err != nil {
+		return d.u.stats, fmt.Errorf("rewrite: writing html: %w", err)
 	}
-	return st, err
+	return d.u.stats, nil
 }
 
 // CSS copies the style sheet src to dst with the URLs of url() and @import in
@@ -81,6 +82,7 @@ type doc struct {
 	u        urlRewriter
 	docURL   *url.URL
 	baseSeen bool
+	spans    [numAttrs]span
 	buf      []byte
 }
 
@@ -90,57 +92,36 @@ func (r *Rewriter) newDoc(u *url.URL) *doc {
 	return d
 }
 
-func (d *doc) html(w io.Writer, src io.Reader, maxBuf int) (Stats, error) {
-	z := html.NewTokenizer(src)
-	z.SetMaxBuf(maxBuf)
-	styleNext := false
+// rewriteHTML appends the rewritten document b to out. maxTok > 0 bounds a
+// single token: from a longer one on, b is copied unchanged.
+func (d *doc) rewriteHTML(out, b []byte, maxTok int) []byte {
+	s := scanner{b: b, spans: &d.spans}
+	last := 0 // b[:last] is in out
 	for {
-		tt := z.Next()
-		raw := z.Raw()
-		var err error
-		switch tt {
-		case html.ErrorToken:
-			if _, err := w.Write(raw); err != nil {
-				return d.u.stats, fmt.Errorf("rewrite: writing html: %w", err)
-			}
-			zerr := z.Err()
-			if zerr == io.EOF {
-				return d.u.stats, nil
-			}
-			if errors.Is(zerr, html.ErrBufferExceeded) {
-				d.u.stats.PassedThrough = true
-				if _, err := w.Write(z.Buffered()); err != nil {
-					return d.u.stats, fmt.Errorf("rewrite: writing html: %w", err)
-				}
-				if _, err := io.Copy(w, src); err != nil {
-					return d.u.stats, fmt.Errorf("rewrite: copying html after a token over %d bytes: %w", maxBuf, err)
-				}
-				return d.u.stats, nil
-			}
-			return d.u.stats, fmt.Errorf("rewrite: reading html: %w", zerr)
-		case html.StartTagToken, html.SelfClosingTagToken:
-			var out []byte
-			out, styleNext = d.tag(raw)
-			if out == nil {
-				out = raw
-			}
-			_, err = w.Write(out)
-		case html.TextToken:
-			if styleNext {
-				styleNext = false
-				out, changed := d.u.appendCSS(d.buf[:0], raw, inCSS)
-				if changed {
-					d.buf = out
-					raw = out
-				}
-			}
-			_, err = w.Write(raw)
-		default:
-			styleNext = false
-			_, err = w.Write(raw)
+		kind, start, end := s.next()
+		if kind == tokEOF || kind == tokPartial {
+			return append(out, b[last:]...)
 		}
-		if err != nil {
-			return d.u.stats, fmt.Errorf("rewrite: writing html: %w", err)
+		if maxTok > 0 && end-start > maxTok {
+			d.u.stats.PassedThrough = true
+			return append(out, b[last:]...)
+		}
+		var repl []byte
+		switch kind {
+		case tokStartTag:
+			repl = d.tag(b, start, end, s.nameEnd)
+		case tokRawText:
+			if s.textOf == "style" {
+				if css, changed := d.u.appendCSS(d.buf[:0], b[start:end], inCSS); changed {
+					d.buf = css
+					repl = css
+				}
+			}
+		}
+		if repl != nil {
+			out = append(out, b[last:start]...)
+			out = append(out, repl...)
+			last = end
 		}
 	}
 }
@@ -279,15 +260,17 @@ func attrID(key []byte) int {
 // scanAttrs fills spans with the first occurrence of each attribute that
 // matters in the complete start tag raw, following the tokenizer's own rules
 // (x/net/html readTag, readTagAttrKey, readTagAttrVal) so that both agree on
-// where every value starts and ends. i is the index after the tag name.
-func scanAttrs(raw []byte, i int, spans *[numAttrs]span) {
+// where every value starts and ends and where the tag ends. i is the index
+// after the tag name; spans may be nil. It returns the index of the '>'
+// closing the tag, or len(raw) when the input ends first.
+func scanAttrs(raw []byte, i int, spans *[numAttrs]span) int {
 	n := len(raw)
 	for {
 		for i < n && isHTMLSpace(raw[i]) {
 			i++
 		}
 		if i >= n || raw[i] == '>' {
-			return
+			return i
 		}
 		ks := i
 	key:
@@ -352,7 +335,7 @@ func scanAttrs(raw []byte, i int, spans *[numAttrs]span) {
 				}
 			}
 		}
-		if ke > ks {
+		if ke > ks && spans != nil {
 			if a := attrID(raw[ks:ke]); a >= 0 && !spans[a].present {
 				spans[a] = span{start: vs, end: ve, quoted: quoted, present: true}
 			}
@@ -391,17 +374,12 @@ func trimHTMLSpace(v []byte) []byte {
 	return v
 }
 
-// tag rewrites one complete start tag. It returns the new bytes, or nil when
-// raw is to be copied as it is, and whether the tag opens a <style> element.
-func (d *doc) tag(raw []byte) ([]byte, bool) {
-	i := 1
-	for i < len(raw) && !isHTMLSpace(raw[i]) && raw[i] != '/' && raw[i] != '>' {
-		i++
-	}
-	id := tagID(raw[1:i])
-	var spans [numAttrs]span
-	scanAttrs(raw, i, &spans)
-
+// tag rewrites the start tag b[start:end] whose name ends at nameEnd and
+// whose attributes are in d.spans (positions in b). It returns the new bytes,
+// or nil when the tag stays as it is.
+func (d *doc) tag(b []byte, start, end, nameEnd int) []byte {
+	id := tagID(b[start+1 : nameEnd])
+	spans, raw := &d.spans, b
 	var edits [4]edit
 	ne := 0
 	add := func(a, kind int) {
@@ -440,16 +418,16 @@ func (d *doc) tag(raw []byte) ([]byte, bool) {
 		add(attrStyle, editCSS)
 	}
 	if ne == 0 {
-		return nil, id == tagStyle
+		return nil
 	}
 	// Apply the edits in the order of their values in raw.
 	for a := 1; a < ne; a++ {
-		for b := a; b > 0 && spans[edits[b].attr].start < spans[edits[b-1].attr].start; b-- {
-			edits[b], edits[b-1] = edits[b-1], edits[b]
+		for k := a; k > 0 && spans[edits[k].attr].start < spans[edits[k-1].attr].start; k-- {
+			edits[k], edits[k-1] = edits[k-1], edits[k]
 		}
 	}
 	out := d.buf[:0]
-	last := 0
+	last := start
 	changed := false
 	for _, e := range edits[:ne] {
 		s := spans[e.attr]
@@ -481,11 +459,13 @@ func (d *doc) tag(raw []byte) ([]byte, bool) {
 		}
 		last = s.end
 	}
-	d.buf = out
 	if !changed {
-		return nil, id == tagStyle
+		d.buf = out
+		return nil
 	}
-	return append(out, raw[last:]...), id == tagStyle
+	out = append(out, raw[last:end]...)
+	d.buf = out
+	return out
 }
 
 // hasCharRef reports whether an attribute value holds a character reference

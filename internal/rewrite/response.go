@@ -171,13 +171,8 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL) Result {
 		}
 		res.Stats = d.u.stats
 	} else {
-		var buf bytes.Buffer
-		buf.Grow(len(plain) + len(plain)/8)
-		res.Stats, err = d.html(&buf, bytes.NewReader(plain), r.cfg.MaxTokenBytes)
-		if err != nil { // cannot happen with in-memory reader and writer
-			return passOrig(ReasonCorrupt)
-		}
-		out = buf.Bytes()
+		out = d.rewriteHTML(make([]byte, 0, len(plain)+len(plain)/8), plain, r.cfg.MaxTokenBytes)
+		res.Stats = d.u.stats
 	}
 	if res.Stats.URLs == 0 {
 		return passOrig(ReasonUnchanged)

@@ -1,0 +1,275 @@
+package rewrite
+
+import (
+	"bytes"
+	"io"
+	"strings"
+
+	"golang.org/x/net/html"
+)
+
+// The HTML scanner finds the tokens the rewriter needs (start tags and the
+// text of raw text elements) in a document held in memory, with the same
+// boundaries as golang.org/x/net/html's Tokenizer, which stays the reference:
+// TestScannerMatchesTokenizer and FuzzScanner compare the two token by token,
+// and a script element whose text holds "<!--" (the script data escaped
+// states) is measured by the Tokenizer itself. Text is skipped with
+// bytes.IndexByte instead of byte by byte, and no token is built.
+
+// Token kinds reported by scanner.next.
+const (
+	tokEOF      = iota
+	tokStartTag // <name ...>, raw[start:end] ends with '>'
+	tokEndTag   // </name ...>
+	tokComment  // <!-- -->, <!DOCTYPE>, <!bogus>, <?bogus>, </bogus>, </>
+	tokRawText  // the text of a raw text element, never empty
+	tokPartial  // an unterminated token running to the end of the input
+)
+
+// Raw text elements (x/net/html readStartTag): after their start tag the
+// tokenizer reads text up to the matching end tag.
+var rawTextTags = []string{"iframe", "noembed", "noframes", "noscript", "plaintext", "script", "style", "textarea", "title", "xmp"}
+
+// rawTextTag returns the lowercase name of the raw text element a start tag
+// name opens, or "".
+func rawTextTag(name []byte) string {
+	if len(name) < 3 || len(name) > 9 {
+		return ""
+	}
+	for _, t := range rawTextTags {
+		if asciiEqualFold(name, t) {
+			return t
+		}
+	}
+	return ""
+}
+
+// scanner walks a document. After a start tag of a raw text element it
+// reports that element's text next.
+type scanner struct {
+	b       []byte
+	pos     int
+	rawTag  string          // pending raw text element, "" for none
+	nameEnd int             // for tokStartTag: the index after the tag name
+	textOf  string          // for tokRawText: the element, e.g. "style"
+	spans   *[numAttrs]span // if set, filled with a start tag's attributes
+}
+
+// next returns the next non-text token as b[start:end]. Text between tokens
+// is skipped. At the end of the input it returns tokEOF, or tokPartial for
+// an unterminated token (which the Tokenizer reports as ErrorToken).
+func (s *scanner) next() (kind, start, end int) {
+	b := s.b
+	if s.rawTag != "" {
+		t := s.rawTag
+		s.rawTag = ""
+		start = s.pos
+		end = rawTextEnd(b, start, t)
+		s.pos = end
+		if end > start {
+			s.textOf = t
+			return tokRawText, start, end
+		}
+	}
+	for {
+		j := bytes.IndexByte(b[s.pos:], '<')
+		if j < 0 {
+			s.pos = len(b)
+			return tokEOF, len(b), len(b)
+		}
+		i := s.pos + j
+		if i+1 >= len(b) {
+			s.pos = len(b)
+			return tokEOF, len(b), len(b)
+		}
+		c := b[i+1]
+		switch {
+		case isAlpha(c):
+			nameEnd := tagNameEnd(b, i+1)
+			if s.spans != nil {
+				*s.spans = [numAttrs]span{}
+			}
+			end := tagEnd(b, nameEnd, s.spans)
+			if end < 0 {
+				s.pos = len(b)
+				return tokPartial, i, len(b)
+			}
+			s.nameEnd = nameEnd
+			s.rawTag = rawTextTag(b[i+1 : nameEnd])
+			s.pos = end
+			return tokStartTag, i, end
+		case c == '/':
+			if i+2 >= len(b) {
+				s.pos = len(b)
+				return tokEOF, len(b), len(b)
+			}
+			c2 := b[i+2]
+			var end int
+			switch {
+			case c2 == '>':
+				end = i + 3
+			case isAlpha(c2):
+				end = tagEnd(b, tagNameEnd(b, i+2), nil)
+				if end >= 0 {
+					s.pos = end
+					return tokEndTag, i, end
+				}
+			default:
+				end = closeAngle(b, i+2)
+			}
+			if end < 0 {
+				s.pos = len(b)
+				return tokPartial, i, len(b)
+			}
+			s.pos = end
+			return tokComment, i, end
+		case c == '!':
+			end := markupEnd(b, i)
+			if end < 0 {
+				s.pos = len(b)
+				return tokPartial, i, len(b)
+			}
+			s.pos = end
+			return tokComment, i, end
+		case c == '?':
+			end := closeAngle(b, i+1)
+			if end < 0 {
+				s.pos = len(b)
+				return tokPartial, i, len(b)
+			}
+			s.pos = end
+			return tokComment, i, end
+		default:
+			s.pos = i + 1
+		}
+	}
+}
+
+// tagNameEnd returns the index after a tag name starting at b[i]
+// (x/net/html readTagName: the name ends at white space, '/' or '>').
+func tagNameEnd(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\n', '\r', '\t', '\f', '/', '>':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// tagEnd returns the index after the '>' closing a tag whose name ends at
+// b[i], or -1 when the input ends first, filling spans if not nil.
+func tagEnd(b []byte, i int, spans *[numAttrs]span) int {
+	gt := scanAttrs(b, i, spans)
+	if gt >= len(b) {
+		return -1
+	}
+	return gt + 1
+}
+
+// closeAngle returns the index after the first '>' at or after b[i], or -1
+// (x/net/html readUntilCloseAngle).
+func closeAngle(b []byte, i int) int {
+	if i > len(b) {
+		return -1
+	}
+	k := bytes.IndexByte(b[i:], '>')
+	if k < 0 {
+		return -1
+	}
+	return i + k + 1
+}
+
+// markupEnd returns the index after a token starting with "<!" at b[i], or
+// -1 (x/net/html readMarkupDeclaration and readComment; CDATA sections are
+// bogus comments as AllowCDATA is off).
+func markupEnd(b []byte, i int) int {
+	if i+3 >= len(b) {
+		return -1
+	}
+	if b[i+2] != '-' || b[i+3] != '-' {
+		return closeAngle(b, i+2)
+	}
+	dashes := 0
+	beginning := true
+	for j := i + 4; j < len(b); j++ {
+		switch b[j] {
+		case '-':
+			dashes++
+			continue
+		case '>':
+			if dashes >= 2 || beginning {
+				return j + 1
+			}
+		case '!':
+			if dashes >= 2 {
+				if j+1 >= len(b) {
+					return -1
+				}
+				j++
+				if b[j] == '>' {
+					return j + 1
+				}
+				if b[j] == '-' {
+					dashes = 1
+					beginning = false
+					continue
+				}
+			}
+		}
+		dashes = 0
+		beginning = false
+	}
+	return -1
+}
+
+// rawTextEnd returns the end of the text of raw text element tag starting at
+// b[start]: the index of its end tag, or len(b).
+func rawTextEnd(b []byte, start int, tag string) int {
+	if tag == "plaintext" {
+		return len(b)
+	}
+	end := rawEndTag(b, start, tag)
+	if tag == "script" && bytes.Contains(b[start:end], []byte("<!--")) {
+		return start + scriptTextLen(b[start:])
+	}
+	return end
+}
+
+// rawEndTag finds "</tag" followed by white space, '/' or '>' (any case) from
+// b[i] on (x/net/html readRawEndTag), returning its index or len(b).
+func rawEndTag(b []byte, i int, tag string) int {
+	for {
+		k := bytes.Index(b[i:], []byte("</"))
+		if k < 0 {
+			return len(b)
+		}
+		at := i + k
+		j := at + 2
+		if j+len(tag) < len(b) && asciiEqualFold(b[j:j+len(tag)], tag) {
+			switch b[j+len(tag)] {
+			case ' ', '\n', '\r', '\t', '\f', '/', '>':
+				return at
+			}
+		}
+		i = at + 2
+	}
+}
+
+// scriptTextLen measures a script element's text with the Tokenizer, which
+// follows the script data escaped states of the HTML standard (13.2.5.4 on).
+func scriptTextLen(b []byte) int {
+	const open = "<script>"
+	z := html.NewTokenizer(io.MultiReader(strings.NewReader(open), bytes.NewReader(b)))
+	if z.Next() != html.StartTagToken {
+		return len(b)
+	}
+	switch z.Next() {
+	case html.TextToken:
+		return len(z.Raw())
+	case html.ErrorToken:
+		return len(b)
+	}
+	return 0 // the end tag right away
+}
