@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/url"
@@ -312,8 +313,10 @@ func scanAttrs(raw []byte, i int, spans *[numAttrs]span) int {
 						vs, ve = i, i
 					case '"', '\'':
 						vs = i
-						for i < n && raw[i] != q {
-							i++
+						if k := bytes.IndexByte(raw[i:], q); k >= 0 {
+							i += k
+						} else {
+							i = n
 						}
 						ve = i
 						quoted = true

@@ -276,12 +276,20 @@ func decode(coding string, b []byte, max int64) (plain []byte, rawDeflate bool, 
 // encode applies the content coding again.
 func (r *Rewriter) encode(coding string, rawDeflate bool, b []byte) ([]byte, error) {
 	var buf bytes.Buffer
+	buf.Grow(len(b)/3 + 512)
 	var w io.WriteCloser
 	switch coding {
 	case "", "identity":
 		return b, nil
 	case "gzip", "x-gzip":
-		w, _ = gzip.NewWriterLevel(&buf, r.cfg.GzipLevel)
+		gw, _ := r.gzipPool.Get().(*gzip.Writer)
+		if gw == nil {
+			gw, _ = gzip.NewWriterLevel(&buf, r.cfg.GzipLevel)
+		} else {
+			gw.Reset(&buf)
+		}
+		defer r.gzipPool.Put(gw)
+		w = gw
 	case "deflate":
 		if rawDeflate {
 			w, _ = flate.NewWriter(&buf, r.cfg.GzipLevel)

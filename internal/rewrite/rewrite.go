@@ -15,19 +15,21 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync"
 )
 
 // Rewriter rewrites documents for one VIP. It is safe for concurrent use.
 type Rewriter struct {
-	vip     string // authority in VIP-form URLs: "192.0.2.12", "[2001:db8::1]:8080"
-	vipHost string // vip without port
-	cfg     Config
-	htmlTyp map[string]bool
-	cssTyp  map[string]bool
-	log     *slog.Logger
-	metrics *Metrics
-	absOnly bool // tests: rewrite absolute http: URLs only
-	noURLs  bool // tests: rewrite no URL (identity)
+	vip      string // authority in VIP-form URLs: "192.0.2.12", "[2001:db8::1]:8080"
+	vipHost  string // vip without port
+	cfg      Config
+	htmlTyp  map[string]bool
+	cssTyp   map[string]bool
+	log      *slog.Logger
+	metrics  *Metrics
+	gzipPool sync.Pool // *gzip.Writer at cfg.GzipLevel
+	absOnly  bool      // tests: rewrite absolute http: URLs only
+	noURLs   bool      // tests: rewrite no URL (identity)
 }
 
 // New returns a Rewriter that puts URLs under vip, an IP address with an

@@ -15,7 +15,7 @@ type base struct {
 	ok   bool
 	auth string // lowercase "host[:port]" as it goes into the VIP path
 	path string // escaped path, only URL-safe bytes (see safePath)
-	dir  string // path up to and including its last '/'
+	dir  []byte // path up to and including its last '/'
 }
 
 // newBase turns a document URL into a base; a nil, non-http, host-less or
@@ -34,7 +34,7 @@ func newBase(u *url.URL) base {
 		p = "/" + p
 	}
 	p = safePath(p)
-	return base{ok: true, auth: auth, path: p, dir: p[:strings.LastIndexByte(p, '/')+1]}
+	return base{ok: true, auth: auth, path: p, dir: []byte(p[:strings.LastIndexByte(p, '/')+1])}
 }
 
 // safePath percent-encodes the bytes of an escaped path that would need quoting
@@ -178,6 +178,7 @@ type urlRewriter struct {
 	noURLs  bool // rewrite no URL at all (the identity test's mode)
 	stats   Stats
 	scratch []byte
+	pathBuf []byte
 }
 
 // appendURL appends the VIP form of the URL in raw to dst. raw is the whole
@@ -278,12 +279,12 @@ func (u *urlRewriter) url(dst, raw []byte, ctx context) (int, []byte) {
 	prefix := len(t)
 	switch {
 	case dec[0] == '/':
-		t = appendPath(t, nil, dec[:pathEnd])
+		t = u.appendPath(t, nil, dec[:pathEnd])
 	case dec[0] == '?':
 		// Keep the base path; the base's query is replaced.
-		t = appendPath(t, nil, []byte(u.base.path))
+		t = u.appendPath(t, nil, []byte(u.base.path))
 	default:
-		t = appendPath(t, []byte(u.base.dir), dec[:pathEnd])
+		t = u.appendPath(t, u.base.dir, dec[:pathEnd])
 	}
 	if len(t) == prefix {
 		t = append(t, '/')
@@ -430,19 +431,23 @@ func hasDotSegment(p []byte) bool {
 // appendPath appends dir+ref with dot segments removed (RFC 3986 section
 // 5.2.4). dir is empty or an absolute path ending in '/'; ref is a path
 // (absolute when dir is empty). The result starts with '/'.
-func appendPath(dst, dir, ref []byte) []byte {
+func (u *urlRewriter) appendPath(dst, dir, ref []byte) []byte {
 	if !hasDotSegment(dir) && !hasDotSegment(ref) {
 		dst = append(dst, dir...)
 		return append(dst, ref...)
 	}
-	start := len(dst)
-	var p []byte
-	p = append(p, dir...)
+	p := append(u.pathBuf[:0], dir...)
 	p = append(p, ref...)
-	// Walk the segments of p, keeping a stack in dst.
-	segs := bytes.Split(p[1:], []byte{'/'})
-	for i, seg := range segs {
-		last := i == len(segs)-1
+	u.pathBuf = p
+	start := len(dst)
+	// Walk the segments of p, keeping the output as a stack in dst.
+	for rest := p[1:]; ; {
+		seg := rest
+		k := bytes.IndexByte(rest, '/')
+		if k >= 0 {
+			seg, rest = rest[:k], rest[k+1:]
+		}
+		last := k < 0
 		switch dotSegment(seg) {
 		case 1:
 			if last {
@@ -458,6 +463,9 @@ func appendPath(dst, dir, ref []byte) []byte {
 		default:
 			dst = append(dst, '/')
 			dst = append(dst, seg...)
+		}
+		if last {
+			break
 		}
 	}
 	if len(dst) == start {
