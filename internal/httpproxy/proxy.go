@@ -261,38 +261,71 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ci != nil {
 		ci.setActive()
 	}
-	md := p.mode.Get()
 	src, _ := netip.ParseAddrPort(r.RemoteAddr)
 	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-	st := p.settings.Load()
 	if r.URL.Path == HealthPath && src.Addr().IsLoopback() {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 		return
 	}
-	if !st.Policy.ClientAllowed(src.Addr()) {
-		p.refuse(w, r, md, kindNone, string(guard.ReasonNotSubscriber), "source", src.Addr())
-		return
-	}
-	switch {
-	case r.Method == http.MethodConnect:
-		p.refuse(w, r, md, kindNone, "CONNECT not allowed")
-		return
-	case strings.EqualFold(r.Method, "PURGE"):
-		p.refuse(w, r, md, kindNone, "PURGE not allowed")
-		return
-	case r.URL.IsAbs() && !strings.EqualFold(r.URL.Scheme, "http"):
-		p.badRequest(w, r, md, kindNone, "only http: URLs are proxied")
-		return
-	case r.RequestURI == "*":
-		p.badRequest(w, r, md, kindNone, "asterisk-form request-target not supported")
-		return
-	}
-
 	var orig netip.AddrPort
 	var intercepted bool
 	if ci != nil {
 		orig, intercepted = ci.originalDst()
+	}
+	d := p.decide(r, src, orig, intercepted)
+	p.account(r, &d)
+	if d.ri == nil {
+		httpError(w, d.code, d.reason)
+		return
+	}
+	d.ri.started = time.Now()
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, d.ri)))
+}
+
+// decision is what decide made of a request: forward it (ri set; ri.direct
+// valid means bypass Squid), or answer it with code and reason. decide has
+// no side effects beyond the resolver's cache; account counts and logs the
+// decision, once, on the path that serves the request (the relay or
+// ServeHTTP), so that a request the relay hands to the standard library
+// is decided again there and counted once.
+type decision struct {
+	ri      *reqInfo
+	code    int
+	reason  string
+	md      mode.Mode
+	kind    kind
+	outcome outcome // outRefused, outBadRequest or outUpstreamError when ri is nil
+	err     error   // behind an upstream error
+	logArgs []any
+	// mismatch is the host mismatch action taken ("direct", "refuse"),
+	// empty when the Host matched or was not verified.
+	mismatch     string
+	mismatchHost string
+	orig         netip.AddrPort
+}
+
+// decide classifies a request and checks it against the policy: subscriber
+// source, method, request target, Host verification for intercepted
+// connections (orig, intercepted), VIP-path mapping, and the guard on
+// every resolved address of the target. It is the only place these
+// decisions are made, for both the relay and the standard library path.
+func (p *Proxy) decide(r *http.Request, src, orig netip.AddrPort, intercepted bool) decision {
+	md := p.mode.Get()
+	st := p.settings.Load()
+	d := decision{md: md}
+	if !st.Policy.ClientAllowed(src.Addr()) {
+		return d.refuse(kindNone, string(guard.ReasonNotSubscriber), "source", src.Addr())
+	}
+	switch {
+	case r.Method == http.MethodConnect:
+		return d.refuse(kindNone, "CONNECT not allowed")
+	case strings.EqualFold(r.Method, "PURGE"):
+		return d.refuse(kindNone, "PURGE not allowed")
+	case r.URL.IsAbs() && !strings.EqualFold(r.URL.Scheme, "http"):
+		return d.badRequest(kindNone, "only http: URLs are proxied")
+	case r.RequestURI == "*":
+		return d.badRequest(kindNone, "asterisk-form request-target not supported")
 	}
 	host := r.Host
 	if r.URL.IsAbs() {
@@ -302,8 +335,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case intercepted && orig.Addr() != p.vip:
 		ri.kind = kindIntercepted
-		if !p.intercepted(w, r, ri, host, orig) {
-			return
+		if !p.intercepted(r, ri, host, orig, &d) {
+			return d
 		}
 	case p.isVIPHost(host, orig):
 		ri.kind = kindVIPPath
@@ -318,36 +351,72 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if errors.As(err, &pe) {
 				reason = "invalid VIP path: " + pe.Reason
 			}
-			p.badRequest(w, r, md, ri.kind, reason)
-			return
+			return d.badRequest(ri.kind, reason)
 		}
 		ri.target = u
 	default:
 		ri.kind = kindVIPHost
 		u, err := hostURL(host, r)
 		if err != nil {
-			p.badRequest(w, r, md, ri.kind, err.Error())
-			return
+			return d.badRequest(ri.kind, err.Error())
 		}
 		ri.target = u
 	}
-	if !ri.direct.IsValid() && !p.checkTarget(w, r, ri) {
+	if !ri.direct.IsValid() && !p.checkTarget(r, ri, &d) {
+		return d
+	}
+	d.ri, d.kind = ri, ri.kind
+	return d
+}
+
+func (d decision) refuse(k kind, reason string, logArgs ...any) decision {
+	d.code, d.reason, d.kind, d.outcome, d.logArgs = http.StatusForbidden, reason, k, outRefused, logArgs
+	return d
+}
+
+func (d decision) badRequest(k kind, reason string) decision {
+	d.code, d.reason, d.kind, d.outcome = http.StatusBadRequest, reason, k, outBadRequest
+	return d
+}
+
+func (d decision) upstreamError(k kind, code int, reason string, err error) decision {
+	d.code, d.reason, d.kind, d.outcome, d.err = code, reason, k, outUpstreamError, err
+	return d
+}
+
+// account counts and logs a decision: the host mismatch, and for an
+// answered request its outcome (a forwarded request is counted when its
+// response arrives).
+func (p *Proxy) account(r *http.Request, d *decision) {
+	if d.mismatch != "" {
+		p.m.hostMismatch.WithLabelValues(d.mismatch).Inc()
+		p.log.Info("host does not resolve to the original destination", "host", d.mismatchHost, "orig", d.orig, "src", r.RemoteAddr, "action", d.mismatch)
+	}
+	if d.ri != nil {
 		return
 	}
-	ri.started = time.Now()
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri)))
+	p.rc[d.md][d.kind][d.outcome].Inc()
+	switch d.outcome {
+	case outRefused:
+		p.m.refused.WithLabelValues(d.reason).Inc()
+		p.log.Info("refused", append([]any{"reason", d.reason, "src", r.RemoteAddr, "method", r.Method, "target", r.RequestURI, "host", r.Host}, d.logArgs...)...)
+	case outBadRequest:
+		p.log.Debug("bad request", "reason", d.reason, "src", r.RemoteAddr, "target", r.RequestURI, "host", r.Host)
+	default:
+		p.log.Warn("upstream error", "reason", d.reason, "err", d.err, "src", r.RemoteAddr, "target", r.RequestURI, "host", r.Host)
+	}
 }
 
 // intercepted fills ri for an intercepted request, verifying the Host
-// against the original destination. It answers and returns false if the
-// request goes no further.
-func (p *Proxy) intercepted(w http.ResponseWriter, r *http.Request, ri *reqInfo, host string, orig netip.AddrPort) bool {
+// against the original destination. It fills d with the answer and
+// returns false if the request goes no further.
+func (p *Proxy) intercepted(r *http.Request, ri *reqInfo, host string, orig netip.AddrPort, d *decision) bool {
 	if host == "" { // HTTP/1.0 without Host: the original destination is all we know
 		host = orig.String()
 	}
 	u, err := hostURL(host, r)
 	if err != nil {
-		p.badRequest(w, r, ri.mode, ri.kind, err.Error())
+		*d = d.badRequest(ri.kind, err.Error())
 		return false
 	}
 	ri.target = u
@@ -360,7 +429,7 @@ func (p *Proxy) intercepted(w http.ResponseWriter, r *http.Request, ri *reqInfo,
 	if port == orig.Port() {
 		addrs, err := ri.st.Resolver.Lookup(r.Context(), u.Hostname())
 		if err != nil && !errors.Is(err, ErrNXDomain) {
-			p.upstreamError(w, r, ri, http.StatusBadGateway, "cannot resolve host", err)
+			*d = d.upstreamError(ri.kind, http.StatusBadGateway, "cannot resolve host", err)
 			return false
 		}
 		for _, a := range addrs {
@@ -374,15 +443,14 @@ func (p *Proxy) intercepted(w http.ResponseWriter, r *http.Request, ri *reqInfo,
 		return true
 	}
 	action := ri.st.HostMismatch
-	p.m.hostMismatch.WithLabelValues(action).Inc()
-	p.log.Info("host does not resolve to the original destination", "host", host, "orig", orig, "src", ri.src, "action", action)
+	d.mismatch, d.mismatchHost, d.orig = action, host, orig
 	if action == "refuse" {
-		p.refuse(w, r, ri.mode, ri.kind, "host does not match destination", "host", host, "orig", orig)
+		*d = d.refuse(ri.kind, "host does not match destination", "host", host, "orig", orig)
 		return false
 	}
 	if err := ri.st.Policy.CheckTarget(orig); err != nil {
-		d, _ := guard.IsDenied(err)
-		p.refuse(w, r, ri.mode, ri.kind, string(d.Reason), "target", orig)
+		g, _ := guard.IsDenied(err)
+		*d = d.refuse(ri.kind, string(g.Reason), "target", orig)
 		return false
 	}
 	ri.direct = orig
@@ -391,26 +459,27 @@ func (p *Proxy) intercepted(w http.ResponseWriter, r *http.Request, ri *reqInfo,
 
 // checkTarget resolves ri.target's host through the carrier resolver and
 // checks every address with the guard policy (Squid may connect to any of
-// them). It answers and returns false if the request goes no further.
-func (p *Proxy) checkTarget(w http.ResponseWriter, r *http.Request, ri *reqInfo) bool {
+// them). It fills d with the answer and returns false if the request goes
+// no further.
+func (p *Proxy) checkTarget(r *http.Request, ri *reqInfo, d *decision) bool {
 	port := uint16(80)
 	if ps := ri.target.Port(); ps != "" {
 		n, err := strconv.ParseUint(ps, 10, 16)
 		if err != nil {
-			p.badRequest(w, r, ri.mode, ri.kind, fmt.Sprintf("invalid port %q", ps))
+			*d = d.badRequest(ri.kind, fmt.Sprintf("invalid port %q", ps))
 			return false
 		}
 		port = uint16(n)
 	}
 	addrs, err := ri.st.Resolver.Lookup(r.Context(), ri.target.Hostname())
 	if err != nil {
-		p.upstreamError(w, r, ri, http.StatusBadGateway, "cannot resolve host", err)
+		*d = d.upstreamError(ri.kind, http.StatusBadGateway, "cannot resolve host", err)
 		return false
 	}
 	for _, a := range addrs {
 		if err := ri.st.Policy.CheckTarget(netip.AddrPortFrom(a, port)); err != nil {
-			d, _ := guard.IsDenied(err)
-			p.refuse(w, r, ri.mode, ri.kind, string(d.Reason), "host", ri.target.Host, "addr", a)
+			g, _ := guard.IsDenied(err)
+			*d = d.refuse(ri.kind, string(g.Reason), "host", ri.target.Host, "addr", a)
 			return false
 		}
 	}
@@ -484,24 +553,10 @@ func validHostName(h string) bool {
 	return true
 }
 
-// refuse answers 403 with reason and counts it.
-func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, md mode.Mode, k kind, reason string, logArgs ...any) {
-	p.m.refused.WithLabelValues(reason).Inc()
-	p.rc[md][k][outRefused].Inc()
-	p.log.Info("refused", append([]any{"reason", reason, "src", r.RemoteAddr, "method", r.Method, "target", r.RequestURI, "host", r.Host}, logArgs...)...)
-	httpError(w, http.StatusForbidden, reason)
-}
-
-func (p *Proxy) badRequest(w http.ResponseWriter, r *http.Request, md mode.Mode, k kind, reason string) {
-	p.rc[md][k][outBadRequest].Inc()
-	p.log.Debug("bad request", "reason", reason, "src", r.RemoteAddr, "target", r.RequestURI, "host", r.Host)
-	httpError(w, http.StatusBadRequest, reason)
-}
-
-func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, ri *reqInfo, code int, reason string, err error) {
-	p.rc[ri.mode][ri.kind][outUpstreamError].Inc()
-	p.log.Warn("upstream error", "reason", reason, "err", err, "src", r.RemoteAddr, "target", r.RequestURI, "host", r.Host)
-	httpError(w, code, reason)
+// answer counts, logs and writes an answer decision.
+func (p *Proxy) answer(w http.ResponseWriter, r *http.Request, d decision) {
+	p.account(r, &d)
+	httpError(w, d.code, d.reason)
 }
 
 // httpError writes a short text answer and closes the connection after it
@@ -547,20 +602,41 @@ func hostHeader(r *http.Request, target *url.URL) string {
 // a Referer/Origin in VIP form mapped back to the origin URL.
 func (p *Proxy) vipRequestHeaders(h http.Header, origin *url.URL, rw *rewrite.Rewriter) {
 	if cs := h.Values("Cookie"); len(cs) > 0 {
-		if v := rewrite.CookieHeader(strings.Join(cs, "; "), origin); v != "" {
+		if v := vipCookie(cs, origin); v != "" {
 			h["Cookie"] = []string{v}
 		} else {
 			delete(h, "Cookie")
 		}
 	}
-	prefix := "http://" + rw.VIP() + "/"
-	if ref := h.Get("Referer"); strings.HasPrefix(ref, prefix) {
-		if u, err := rewrite.ParseVIPPath(ref[len(prefix)-1:]); err == nil {
-			h.Set("Referer", u.String())
-		} else {
+	if ref := h.Get("Referer"); ref != "" {
+		if v, keep := vipReferer(ref, rw); !keep {
 			delete(h, "Referer")
+		} else if v != ref {
+			h.Set("Referer", v)
 		}
 	}
+}
+
+// vipCookie returns the Cookie header a VIP-path request for origin sends
+// on, from the values the subscriber sent: only origin's cookies, renamed
+// back (rewrite.CookieHeader); "" sends none.
+func vipCookie(values []string, origin *url.URL) string {
+	return rewrite.CookieHeader(strings.Join(values, "; "), origin)
+}
+
+// vipReferer maps a Referer in VIP form back to the origin URL; keep is
+// false when it is in VIP form but not a valid VIP path (the header is then
+// dropped). Other values come back unchanged.
+func vipReferer(ref string, rw *rewrite.Rewriter) (v string, keep bool) {
+	prefix := "http://" + rw.VIP() + "/"
+	if !strings.HasPrefix(ref, prefix) {
+		return ref, true
+	}
+	u, err := rewrite.ParseVIPPath(ref[len(prefix)-1:])
+	if err != nil {
+		return "", false
+	}
+	return u.String(), true
 }
 
 // modifyResponse maps Location and Set-Cookie for VIP-path responses and
@@ -576,6 +652,17 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	p.rc[ri.mode][ri.kind][outSquid].Inc()
+	p.adjustResponse(resp, ri)
+	return nil
+}
+
+// adjustResponse is what pepd changes in a response from Squid, on both
+// paths (ReverseProxy and relay): for a VIP-path request Location and
+// Set-Cookie are mapped to the VIP form, and in url mode HTML and CSS
+// bodies are rewritten (rewrite.Rewriter.Response, which leaves every other
+// body untouched and unread). It reads and changes only the Location,
+// Set-Cookie and the rewriter's headers (rewriteHeaders).
+func (p *Proxy) adjustResponse(resp *http.Response, ri *reqInfo) {
 	rw := ri.st.Rewriter
 	if ri.kind == kindVIPPath {
 		if loc := resp.Header.Get("Location"); loc != "" {
@@ -603,7 +690,6 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 			p.log.Debug("rewrite: upstream body read failed", "url", ri.target, "err", res.Err)
 		}
 	}
-	return nil
 }
 
 // errorHandler answers a failed upstream round trip: 403 if the guard
@@ -611,7 +697,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	ri := r.Context().Value(ctxKey{}).(*reqInfo)
 	if d, ok := guard.IsDenied(err); ok {
-		p.refuse(w, r, ri.mode, ri.kind, string(d.Reason), "target", d.Target)
+		p.answer(w, r, decision{md: ri.mode}.refuse(ri.kind, string(d.Reason), "target", d.Target))
 		return
 	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
@@ -621,10 +707,10 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
-		p.upstreamError(w, r, ri, http.StatusGatewayTimeout, "upstream timed out", err)
+		p.answer(w, r, decision{md: ri.mode}.upstreamError(ri.kind, http.StatusGatewayTimeout, "upstream timed out", err))
 		return
 	}
-	p.upstreamError(w, r, ri, http.StatusBadGateway, "upstream failed", err)
+	p.answer(w, r, decision{md: ri.mode}.upstreamError(ri.kind, http.StatusBadGateway, "upstream failed", err))
 }
 
 // proxyFor is the Squid Transport's Proxy function. With PROXY protocol
@@ -676,24 +762,38 @@ var dialer = &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 // dialSquid connects to Squid and, with PROXY protocol, sends the header
 // naming the subscriber encoded in addr (see proxyFor).
 func (p *Proxy) dialSquid(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := dialer.DialContext(ctx, network, p.squidAddr)
+	var sub netip.AddrPort
+	if p.pp {
+		a, ok := subscriberFromKey(addr)
+		if !ok {
+			return nil, fmt.Errorf("httpproxy: bad upstream key %q", addr)
+		}
+		var port uint16
+		if ri, ok := ctx.Value(ctxKey{}).(*reqInfo); ok && ri.src.Addr() == a {
+			port = ri.src.Port()
+		}
+		sub = netip.AddrPortFrom(a, port)
+	}
+	c, err := p.dialSquidFor(ctx, sub)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// dialSquidFor connects to Squid and, with PROXY protocol, sends the
+// header naming subscriber sub (its port may be 0). The connection counts
+// its bytes in pep_http_upstream_bytes_total.
+func (p *Proxy) dialSquidFor(ctx context.Context, sub netip.AddrPort) (*countConn, error) {
+	c, err := dialer.DialContext(ctx, "tcp", p.squidAddr)
 	if err != nil {
 		return nil, fmt.Errorf("httpproxy: connecting to squid: %w", err)
 	}
 	p.m.upstreamConns.WithLabelValues("squid").Inc()
 	if p.pp {
-		sub, ok := subscriberFromKey(addr)
-		if !ok {
-			c.Close()
-			return nil, fmt.Errorf("httpproxy: bad upstream key %q", addr)
-		}
-		var port uint16
-		if ri, ok := ctx.Value(ctxKey{}).(*reqInfo); ok && ri.src.Addr() == sub {
-			port = ri.src.Port()
-		}
-		srcAddr := net.TCPAddrFromAddrPort(netip.AddrPortFrom(sub, port))
+		srcAddr := net.TCPAddrFromAddrPort(sub)
 		dstAddr := net.TCPAddrFromAddrPort(netip.AddrPortFrom(p.vip, 80))
-		if sub.Is6() {
+		if sub.Addr().Is6() {
 			dstAddr = &net.TCPAddr{IP: net.IPv6loopback, Port: 80}
 		}
 		h := proxyproto.HeaderProxyFromAddrs(1, srcAddr, dstAddr)

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,13 +41,27 @@ type Limits struct {
 // Server serves a Proxy on one or more listeners (intercept.Listener for
 // REDIRECT/TPROXY with original destinations, or any net.Listener for
 // direct connections), with Limits. Build it with NewServer.
+//
+// Each connection is served by the relay (relay.go), pepd's HTTP/1.1 fast
+// path for GET and HEAD requests to Squid; a connection with a request the
+// relay does not serve is handed over, with what it had read, to the
+// standard library's http.Server running Proxy.ServeHTTP.
 type Server struct {
 	srv  *http.Server
+	p    *Proxy
+	lim  Limits
 	m    *Metrics
 	sem  chan struct{}
 	done chan struct{}
 	once sync.Once
 	log  *slog.Logger
+
+	relayOff  bool // tests and benchmarks: serve every connection with net/http
+	hl        *handoffListener
+	hlOnce    sync.Once
+	mu        sync.Mutex
+	relayed   map[*conn]struct{}    // connections the relay serves now
+	listeners map[net.Listener]bool // being served by Serve
 }
 
 // NewServer returns a Server for p. m may be nil (not counted).
@@ -69,7 +84,8 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 	if m == nil {
 		m = p.m
 	}
-	s := &Server{m: m, sem: make(chan struct{}, lim.MaxConns), done: make(chan struct{}), log: log.With("component", "httpproxy")}
+	s := &Server{p: p, lim: lim, m: m, sem: make(chan struct{}, lim.MaxConns), done: make(chan struct{}), log: log.With("component", "httpproxy"),
+		hl: newHandoffListener(), relayed: make(map[*conn]struct{}), listeners: make(map[net.Listener]bool)}
 	s.srv = &http.Server{
 		Handler:                      p,
 		ReadHeaderTimeout:            lim.ReadHeaderTimeout,
@@ -78,13 +94,13 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if cc, ok := c.(*conn); ok {
+			if cc := baseConn(c); cc != nil {
 				return context.WithValue(ctx, connCtxKey{}, cc)
 			}
 			return ctx
 		},
 		ConnState: func(c net.Conn, st http.ConnState) {
-			if cc, ok := c.(*conn); ok && st == http.StateIdle {
+			if cc := baseConn(c); cc != nil && st == http.StateIdle {
 				cc.active.Store(false)
 				cc.idle.Store(true)
 			}
@@ -93,17 +109,135 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 	return s
 }
 
+// baseConn returns the subscriber connection under c, nil if c is not one.
+func baseConn(c net.Conn) *conn {
+	switch c := c.(type) {
+	case *conn:
+		return c
+	case *handoffConn:
+		return c.conn
+	}
+	return nil
+}
+
 // Serve accepts connections on l until Shutdown; it returns
 // http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	return s.srv.Serve(&listener{Listener: l, s: s})
+	ll := &listener{Listener: l, s: s}
+	if s.relayOff {
+		return s.srv.Serve(ll)
+	}
+	s.hlOnce.Do(func() { go s.srv.Serve(s.hl) })
+	s.mu.Lock()
+	if s.closing() {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.listeners[l] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+	var delay time.Duration
+	for {
+		c, err := ll.Accept()
+		if err != nil {
+			if s.closing() {
+				return http.ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+				errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) {
+				// as http.Server: back off on temporary accept errors
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "delay", delay)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		cc := c.(*conn)
+		cc.waiting.Store(true)
+		s.mu.Lock()
+		s.relayed[cc] = struct{}{}
+		s.mu.Unlock()
+		go s.serveRelay(cc)
+	}
+}
+
+// closing reports whether Shutdown has begun.
+func (s *Server) closing() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// untrack forgets a connection the relay no longer serves.
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	delete(s.relayed, c)
+	s.mu.Unlock()
+}
+
+// handOver gives c to the standard library server; false (and c closed)
+// if that server has shut down.
+func (s *Server) handOver(c *handoffConn) bool {
+	select {
+	case s.hl.ch <- c:
+		return true
+	case <-s.hl.closed:
+		c.Close()
+		return false
+	}
 }
 
 // Shutdown stops accepting, lets requests in flight finish until ctx ends,
-// then closes the connections (http.Server.Shutdown).
+// then closes the connections (as http.Server.Shutdown does, for the
+// relay's connections and the standard library's).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.once.Do(func() { close(s.done) })
-	return s.srv.Shutdown(ctx)
+	s.mu.Lock()
+	for l := range s.listeners {
+		l.Close()
+	}
+	s.mu.Unlock()
+	// Connections waiting for a request are closed; the others close
+	// after their response (serveRelay checks closing).
+	poll := time.Millisecond
+	for {
+		s.mu.Lock()
+		n := len(s.relayed)
+		for c := range s.relayed {
+			if c.waiting.Load() {
+				c.Close()
+			}
+		}
+		s.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			s.mu.Lock()
+			for c := range s.relayed {
+				c.Close()
+			}
+			s.mu.Unlock()
+			s.srv.Close()
+			return ctx.Err()
+		case <-time.After(poll):
+			poll = min(2*poll, 100*time.Millisecond)
+		}
+	}
+	err := s.srv.Shutdown(ctx)
+	s.hl.Close()
+	return err
 }
 
 // Check sends GET HealthPath to addr (a listener's address; an unspecified
@@ -190,6 +324,7 @@ type conn struct {
 	intercepted bool
 	active      atomic.Bool // a request of this connection reached the handler and is not finished
 	idle        atomic.Bool // waiting for the next request, no byte of it read yet
+	waiting     atomic.Bool // relay: waiting for a request, no byte of it read yet (Shutdown closes it)
 	closed      atomic.Bool
 	timedOut    atomic.Bool // counted once
 }
@@ -201,6 +336,7 @@ func (c *conn) Read(b []byte) (int, error) {
 	n, err := c.countConn.Read(b)
 	if n > 0 {
 		c.idle.Store(false)
+		c.waiting.Store(false)
 	}
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && c.timedOut.CompareAndSwap(false, true) {
 		phase := "read_header"

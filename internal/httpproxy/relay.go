@@ -1,0 +1,819 @@
+package httpproxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/textproto"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"pep/internal/mode"
+)
+
+// The relay is the Server's HTTP/1.1 path for the common request: GET or
+// HEAD in origin form, without a body, Expect or Upgrade, with a head that
+// fits clientBufSize. It reads the request head in place from the
+// connection's buffer, decides with the Proxy's one decision function
+// (decide), writes the forward-proxy request head to an upstream
+// connection to Squid pinned to the subscriber connection (so a PROXY
+// protocol header, sent once at connect, names the right subscriber), and
+// relays the response by its framing (Content-Length, chunked, until
+// close), copying the header lines it does not change byte for byte. A
+// response whose headers pepd changes (VIP-path Location and Set-Cookie,
+// url mode: rewrite.Rewriter.Response) goes through the same
+// adjustResponse as the ReverseProxy path, on a header map of just the
+// headers it reads or writes (rewriteHeaders); a body the rewriter reads
+// is sent on with new framing.
+//
+// Everything else (malformed or unusual requests, refusals, the health
+// path, direct forwarding after a host mismatch) is handed over with the
+// connection, unread bytes included, to the standard library's
+// http.Server and Proxy.ServeHTTP, which serve the connection from then
+// on: decide has no side effects, so the request is decided again there
+// and counted once.
+const (
+	clientBufSize   = 8 << 10  // a request head larger than this is handed over
+	upstreamBufSize = 64 << 10 // response heads and body copies; pooled per request
+	flushBytes      = 32 << 10 // relayed bodies are written in pieces of about this size
+)
+
+var upstreamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBufSize) }}
+
+// relayConn is one subscriber connection served by the relay.
+type relayConn struct {
+	s     *Server
+	p     *Proxy
+	c     *conn
+	br    *bufio.Reader // from the subscriber
+	src   netip.AddrPort
+	up    *countConn    // pinned upstream connection to Squid, nil until needed
+	ubr   *bufio.Reader // from up, from upstreamReaders while a response is read
+	upOld bool          // up has carried a response (a failure may be a stale keep-alive)
+	out   []byte        // heads and body pieces being written
+	hbuf  []byte        // the response head
+	body  bodyReader
+	req   http.Request // for decide and the rewriter (Method, URL, Host, ...)
+	head  reqHead
+	resp  respHead
+}
+
+// serveRelay serves c until it closes, times out, or is handed over.
+func (s *Server) serveRelay(c *conn) {
+	p := s.p
+	rc := &relayConn{s: s, p: p, c: c, br: bufio.NewReaderSize(c, clientBufSize)}
+	rc.req.RemoteAddr = c.RemoteAddr().String()
+	if ap, err := netip.ParseAddrPort(rc.req.RemoteAddr); err == nil {
+		rc.src = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	rc.req.Proto, rc.req.ProtoMajor, rc.req.ProtoMinor = "HTTP/1.1", 1, 1
+	handedOver := false
+	defer func() {
+		s.untrack(c)
+		rc.closeUpstream()
+		if !handedOver {
+			c.Close()
+		}
+	}()
+	for first := true; ; first = false {
+		if !first {
+			c.active.Store(false)
+			if s.closing() {
+				return
+			}
+			c.idle.Store(true)
+			if rc.br.Buffered() == 0 {
+				c.waiting.Store(true)
+				c.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
+				if _, err := rc.br.Peek(1); err != nil {
+					return
+				}
+			}
+		}
+		c.SetReadDeadline(time.Now().Add(s.lim.ReadHeaderTimeout))
+		raw, err := readHead(rc.br)
+		if err != nil {
+			return // timeout (counted by conn), EOF or reset: closed without an answer, as net/http does
+		}
+		d, ok := rc.decide(raw)
+		if !ok {
+			c.SetReadDeadline(time.Time{})
+			c.idle.Store(false)
+			if s.handOver(&handoffConn{conn: c, r: rc.br}) {
+				handedOver = true
+			}
+			return
+		}
+		c.active.Store(true)
+		c.SetReadDeadline(time.Time{})
+		if !rc.forward(raw, d.ri) {
+			return
+		}
+		if rc.head.close {
+			return
+		}
+	}
+}
+
+// readHead returns the request or response head at the start of br's
+// buffer, up to and including the empty line, without consuming it; nil
+// and no error if it does not fit in the buffer.
+func readHead(br *bufio.Reader) ([]byte, error) {
+	from := 0
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		if i := bytes.Index(buf[from:], []byte("\r\n\r\n")); i >= 0 {
+			return buf[:from+i+4], nil
+		}
+		if len(buf) == br.Size() {
+			return nil, nil
+		}
+		from = max(0, len(buf)-3)
+		if _, err := br.Peek(len(buf) + 1); err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return nil, nil
+			}
+			return nil, err
+		}
+	}
+}
+
+// decide parses a request head and runs the Proxy's decision on it. ok is
+// false when the relay does not serve the request: the head is not
+// simple (parseRequestHead), the target does not parse, or the decision
+// is not "forward to Squid".
+func (rc *relayConn) decide(raw []byte) (decision, bool) {
+	h := &rc.head
+	if raw == nil || !parseRequestHead(raw, h) {
+		return decision{}, false
+	}
+	target := string(raw[h.target.from:h.target.to])
+	u, err := url.ParseRequestURI(target)
+	if err != nil {
+		return decision{}, false
+	}
+	r := &rc.req
+	r.Method = h.method
+	r.URL = u
+	r.RequestURI = target
+	r.Host = string(raw[h.host.from:h.host.to])
+	orig, intercepted := rc.c.originalDst()
+	d := rc.p.decide(r, rc.src, orig, intercepted)
+	if d.ri == nil || d.ri.direct.IsValid() {
+		return d, false
+	}
+	rc.p.account(r, &d)
+	return d, true
+}
+
+// forward sends the request (raw, parsed into rc.head) to Squid and
+// relays the response. It returns false when the subscriber connection
+// must close.
+func (rc *relayConn) forward(raw []byte, ri *reqInfo) bool {
+	p := rc.p
+	out := rc.requestHead(raw, ri)
+	rc.br.Discard(len(raw))
+	ri.started = time.Now()
+	rh, err := rc.roundTrip(out)
+	if err != nil {
+		rc.releaseReader()
+		var ne net.Error
+		d := decision{md: ri.mode}
+		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+			d = d.upstreamError(ri.kind, http.StatusGatewayTimeout, "upstream timed out", err)
+		} else {
+			d = d.upstreamError(ri.kind, http.StatusBadGateway, "upstream failed", err)
+		}
+		p.account(&rc.req, &d)
+		rc.out = appendErrorAnswer(rc.out[:0], d.code, d.reason, rc.head.close || rc.s.closing())
+		_, err := rc.c.Write(rc.out)
+		return err == nil
+	}
+	p.m.upSquid.Observe(time.Since(ri.started).Seconds())
+	p.rc[ri.mode][ri.kind][outSquid].Inc()
+	ok := rc.relayResponse(rh, ri)
+	rc.releaseReader()
+	return ok
+}
+
+// requestHead builds the forward-proxy request head for Squid in rc.out:
+// absolute URI and Host of the origin, the subscriber's header lines as
+// they came except hop-by-hop and forwarding headers (as
+// httputil.ReverseProxy with Rewrite removes them), VIP-path Cookie and
+// Referer mapped (vipCookie, vipReferer), X-Forwarded-For without PROXY
+// protocol.
+func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
+	h := &rc.head
+	out := append(rc.out[:0], h.method...)
+	out = append(out, " http://"...)
+	out = append(out, ri.target.Host...)
+	out = append(out, ri.target.RequestURI()...)
+	out = append(out, " HTTP/1.1\r\nHost: "...)
+	out = append(out, ri.target.Host...)
+	out = append(out, "\r\n"...)
+	for _, l := range h.lines {
+		out = append(out, raw[l.from:l.to]...)
+		out = append(out, "\r\n"...)
+	}
+	if ri.kind == kindVIPPath {
+		if len(h.cookies) > 0 {
+			vals := make([]string, len(h.cookies))
+			for i, c := range h.cookies {
+				vals[i] = string(raw[c.from:c.to])
+			}
+			if v := vipCookie(vals, ri.target); v != "" {
+				out = append(out, "Cookie: "...)
+				out = append(out, v...)
+				out = append(out, "\r\n"...)
+			}
+		}
+		for _, r := range h.referers {
+			if v, keep := vipReferer(string(raw[r.from:r.to]), ri.st.Rewriter); keep {
+				out = append(out, "Referer: "...)
+				out = append(out, v...)
+				out = append(out, "\r\n"...)
+			}
+		}
+	} else {
+		for _, l := range h.cookieLines {
+			out = append(out, raw[l.from:l.to]...)
+			out = append(out, "\r\n"...)
+		}
+	}
+	if h.teTrailers {
+		out = append(out, "Te: trailers\r\n"...)
+	}
+	if !rc.p.pp {
+		out = append(out, "X-Forwarded-For: "...)
+		out = rc.src.Addr().AppendTo(out)
+		out = append(out, "\r\n"...)
+	}
+	out = append(out, "\r\n"...)
+	rc.out = out
+	return out
+}
+
+// roundTrip writes the request head to the pinned upstream connection
+// (connecting first if there is none) and reads the response head,
+// waiting at most Options.UpstreamTimeout. A kept-alive connection that
+// fails before any byte of the response (Squid closed it while idle) is
+// replaced once: GET and HEAD are idempotent. The head is returned
+// unread in rc.ubr; nil means it does not fit in the buffer.
+func (rc *relayConn) roundTrip(out []byte) ([]byte, error) {
+	for attempt := 0; ; attempt++ {
+		if rc.up == nil {
+			c, err := rc.p.dialSquidFor(context.Background(), rc.src)
+			if err != nil {
+				return nil, err
+			}
+			rc.up, rc.upOld = c, false
+		}
+		if rc.ubr == nil {
+			rc.ubr = upstreamReaders.Get().(*bufio.Reader)
+		}
+		rc.ubr.Reset(rc.up)
+		_, err := rc.up.Write(out)
+		var head []byte
+		if err == nil {
+			rc.up.SetReadDeadline(time.Now().Add(rc.p.upTimeout))
+			for {
+				head, err = readHead(rc.ubr)
+				if err != nil || head == nil || !informational(head) {
+					break
+				}
+				// 1xx (not 101): pass it on and read the final response.
+				rc.out = appendInformational(rc.out[:0], head)
+				rc.ubr.Discard(len(head))
+				if _, werr := rc.c.Write(rc.out); werr != nil {
+					return nil, werr
+				}
+			}
+		}
+		if err == nil {
+			rc.upOld = true
+			return head, nil
+		}
+		stale := rc.upOld && attempt == 0 && rc.ubr.Buffered() == 0 && !errors.Is(err, os.ErrDeadlineExceeded)
+		rc.closeUpstream()
+		if !stale {
+			return nil, err
+		}
+	}
+}
+
+func (rc *relayConn) closeUpstream() {
+	if rc.up != nil {
+		rc.up.Close()
+		rc.up = nil
+	}
+}
+
+// releaseReader returns the upstream reader to its pool once the response
+// is done; bytes after the response close the connection.
+func (rc *relayConn) releaseReader() {
+	if rc.ubr == nil {
+		return
+	}
+	if rc.ubr.Buffered() > 0 {
+		rc.closeUpstream()
+	}
+	rc.ubr.Reset(nil)
+	upstreamReaders.Put(rc.ubr)
+	rc.ubr = nil
+}
+
+// relayResponse sends the response whose head is at the start of rc.ubr
+// to the subscriber. It returns false when the subscriber connection must
+// close.
+func (rc *relayConn) relayResponse(raw []byte, ri *reqInfo) bool {
+	h := &rc.resp
+	if raw == nil || !parseResponseHead(raw, h) {
+		return rc.relayParsed(ri)
+	}
+	// The head moves to rc.hbuf: the rewriter may read the body through
+	// rc.ubr before the head is written.
+	rc.hbuf = append(rc.hbuf[:0], raw...)
+	rc.ubr.Discard(len(raw))
+	hb := rc.hbuf
+	noBody := rc.head.method == http.MethodHead || h.status == http.StatusNoContent || h.status == http.StatusNotModified
+	if !noBody && h.cl < 0 && !h.chunked {
+		h.closeUp = true // delimited by the end of the connection
+	}
+	closeClient := rc.head.close || rc.s.closing()
+	body := &rc.body
+	*body = bodyReader{r: rc.ubr, cl: h.cl, chunked: h.chunked, noBody: noBody}
+	var hdr http.Header
+	if ri.mode == mode.URL || ri.kind == kindVIPPath && (h.has&(bitLocation|bitSetCookie) != 0) {
+		hdr = make(http.Header, 4)
+		for _, l := range h.lines {
+			if l.managed != "" {
+				hdr[l.managed] = append(hdr[l.managed], string(hb[l.vfrom:l.to]))
+			}
+		}
+		resp := &http.Response{Status: string(hb[9:h.statusEnd]), StatusCode: h.status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: hdr, Request: &rc.req, ContentLength: h.cl, Body: body}
+		if noBody {
+			resp.Body = http.NoBody
+		} else if h.chunked {
+			resp.TransferEncoding = []string{"chunked"}
+		}
+		rc.p.adjustResponse(resp, ri)
+		if resp.Body != body && resp.Body != http.NoBody || body.touched {
+			return rc.sendReframed(resp, body, closeClient)
+		}
+	}
+	return rc.relayRaw(hdr, body, closeClient)
+}
+
+// relayRaw writes the response head (the upstream lines in rc.hbuf minus
+// hop-by-hop ones, the headers in hdr instead of the lines they came
+// from, the framing, and Connection: close if closing) and relays the body
+// as it comes, chunk lines and trailers included.
+func (rc *relayConn) relayRaw(hdr http.Header, body *bodyReader, closeClient bool) bool {
+	h := &rc.resp
+	head := rc.hbuf
+	out := append(rc.out[:0], head[:h.statusEnd]...)
+	out = append(out, "\r\n"...)
+	for _, l := range h.lines {
+		if hdr != nil && l.managed != "" {
+			continue
+		}
+		out = append(out, head[l.from:l.to]...)
+		out = append(out, "\r\n"...)
+	}
+	out = appendHeader(out, hdr)
+	if h.cl >= 0 {
+		out = append(out, "Content-Length: "...)
+		out = strconv.AppendInt(out, h.cl, 10)
+		out = append(out, "\r\n"...)
+	} else if h.chunked && !body.noBody {
+		out = append(out, "Transfer-Encoding: chunked\r\n"...)
+	}
+	if closeClient {
+		out = append(out, "Connection: close\r\n"...)
+	}
+	out = append(out, "\r\n"...)
+	var err error
+	switch {
+	case body.noBody:
+	case h.chunked:
+		out, err = rc.copyChunked(out)
+	default: // Content-Length, or until the upstream closes
+		out, err = rc.copyBody(out, h.cl)
+	}
+	if err != nil {
+		rc.closeUpstream()
+		return false
+	}
+	if _, err := rc.c.Write(out); err != nil {
+		rc.closeUpstream()
+		return false
+	}
+	rc.out = out[:0]
+	if h.closeUp {
+		rc.closeUpstream()
+	}
+	return !closeClient
+}
+
+// copyBody appends n bytes of body (n < 0: until EOF) from rc.ubr to out,
+// writing out to the subscriber whenever it grows past flushBytes. The
+// returned slice holds what is left to write.
+func (rc *relayConn) copyBody(out []byte, n int64) ([]byte, error) {
+	cleared := false
+	for n != 0 {
+		if rc.ubr.Buffered() == 0 {
+			if !cleared {
+				rc.up.SetReadDeadline(time.Time{})
+				cleared = true
+			}
+			if _, err := rc.ubr.Peek(1); err != nil {
+				if n < 0 && err == io.EOF {
+					return out, nil
+				}
+				return out, err
+			}
+		}
+		k := rc.ubr.Buffered()
+		if n >= 0 && int64(k) > n {
+			k = int(n)
+		}
+		b, _ := rc.ubr.Peek(k)
+		if len(out) > 0 && len(out)+k > flushBytes && len(out)+k > cap(out) {
+			if _, err := rc.c.Write(out); err != nil {
+				return out, err
+			}
+			out = out[:0]
+		}
+		if len(out) == 0 && k >= flushBytes {
+			if _, err := rc.c.Write(b); err != nil {
+				return out, err
+			}
+		} else {
+			out = append(out, b...)
+		}
+		rc.ubr.Discard(k)
+		if n > 0 {
+			n -= int64(k)
+		}
+	}
+	return out, nil
+}
+
+// copyChunked appends a chunked body, chunk lines and trailers as they
+// came, from rc.ubr to out (RFC 9112 section 7.1), writing out to the
+// subscriber whenever it grows past flushBytes.
+func (rc *relayConn) copyChunked(out []byte) ([]byte, error) {
+	cleared := false
+	readLine := func() ([]byte, error) {
+		if !cleared && rc.ubr.Buffered() == 0 {
+			rc.up.SetReadDeadline(time.Time{})
+			cleared = true
+		}
+		line, err := rc.ubr.ReadSlice('\n')
+		if err != nil {
+			return nil, err
+		}
+		if len(line) < 2 || line[len(line)-2] != '\r' {
+			return nil, errBadChunk
+		}
+		return line, nil
+	}
+	for {
+		line, err := readLine()
+		if err != nil {
+			return out, err
+		}
+		size, ok := chunkSize(line[:len(line)-2])
+		if !ok {
+			return out, errBadChunk
+		}
+		out = append(out, line...)
+		if size == 0 {
+			for { // trailer section, ending with an empty line
+				line, err := readLine()
+				if err != nil {
+					return out, err
+				}
+				out = append(out, line...)
+				if len(line) == 2 {
+					return out, nil
+				}
+			}
+		}
+		if size > 1<<62 {
+			return out, errBadChunk
+		}
+		if out, err = rc.copyBody(out, size); err != nil {
+			return out, err
+		}
+		crlf, err := rc.ubr.Peek(2)
+		if err != nil || crlf[0] != '\r' || crlf[1] != '\n' {
+			return out, errBadChunk
+		}
+		out = append(out, crlf...)
+		rc.ubr.Discard(2)
+	}
+}
+
+var errBadChunk = errors.New("httpproxy: malformed chunked body from upstream")
+
+// chunkSize parses a chunk-size line without its CRLF, extensions
+// ignored.
+func chunkSize(line []byte) (int64, bool) {
+	if i := bytes.IndexByte(line, ';'); i >= 0 {
+		line = line[:i]
+	}
+	line = bytes.TrimRight(line, " \t")
+	if len(line) == 0 || len(line) > 16 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range line {
+		switch {
+		case c >= '0' && c <= '9':
+			n = n<<4 | int64(c-'0')
+		case c >= 'a' && c <= 'f':
+			n = n<<4 | int64(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			n = n<<4 | int64(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return n, n >= 0
+}
+
+// sendReframed sends a response whose body the rewriter read (rewritten,
+// or passed on unchanged after reading): the head from the upstream lines
+// and resp.Header, framed by resp.ContentLength (chunked if unknown), the
+// body from resp.Body. The upstream connection is kept only if its body
+// was read to the end.
+func (rc *relayConn) sendReframed(resp *http.Response, body *bodyReader, closeClient bool) bool {
+	h := &rc.resp
+	full := resp.Header
+	for _, l := range h.lines {
+		if l.managed == "" {
+			k := textproto.CanonicalMIMEHeaderKey(string(rc.hbuf[l.from:l.nameEnd]))
+			full[k] = append(full[k], string(rc.hbuf[l.vfrom:l.to]))
+		}
+	}
+	ok := rc.sendResponse(resp, closeClient)
+	resp.Body.Close()
+	if !body.done || h.closeUp {
+		rc.closeUpstream()
+	}
+	return ok && !closeClient
+}
+
+// relayParsed serves a response whose head does not fit in the upstream
+// buffer or is unusual (HTTP/1.0, a transfer coding other than chunked,
+// a Connection header naming other headers): http.ReadResponse reads it
+// and sendResponse sends it on, after adjustResponse. The upstream
+// connection is closed after it.
+func (rc *relayConn) relayParsed(ri *reqInfo) bool {
+	rc.up.SetReadDeadline(time.Time{})
+	resp, err := http.ReadResponse(rc.ubr, &rc.req)
+	if err != nil {
+		rc.closeUpstream()
+		d := decision{md: ri.mode}.upstreamError(ri.kind, http.StatusBadGateway, "upstream failed", err)
+		rc.p.account(&rc.req, &d)
+		rc.out = appendErrorAnswer(rc.out[:0], d.code, d.reason, true)
+		rc.c.Write(rc.out)
+		return false
+	}
+	removeHopByHop(resp.Header)
+	rc.p.adjustResponse(resp, ri)
+	closeClient := rc.head.close || rc.s.closing()
+	ok := rc.sendResponse(resp, closeClient)
+	resp.Body.Close()
+	rc.closeUpstream()
+	return ok && !closeClient
+}
+
+// sendResponse writes resp to the subscriber: status line, resp.Header
+// without hop-by-hop headers and Content-Length, the framing
+// (Content-Length if known, else chunked) and the body. An upstream read
+// error in the body closes the subscriber connection (the response is cut
+// short), as net/http does.
+func (rc *relayConn) sendResponse(resp *http.Response, closeClient bool) bool {
+	removeHopByHop(resp.Header)
+	cl := resp.Header.Get("Content-Length")
+	delete(resp.Header, "Content-Length")
+	noBody := rc.head.method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
+	var b bytes.Buffer
+	b.WriteString("HTTP/1.1 ")
+	if resp.Status != "" {
+		b.WriteString(resp.Status)
+	} else {
+		b.WriteString(strconv.Itoa(resp.StatusCode) + " " + http.StatusText(resp.StatusCode))
+	}
+	b.WriteString("\r\n")
+	resp.Header.Write(&b)
+	chunked := false
+	switch {
+	case noBody:
+		if cl != "" {
+			b.WriteString("Content-Length: " + cl + "\r\n")
+		}
+	case resp.ContentLength >= 0:
+		b.WriteString("Content-Length: " + strconv.FormatInt(resp.ContentLength, 10) + "\r\n")
+	default:
+		b.WriteString("Transfer-Encoding: chunked\r\n")
+		chunked = true
+	}
+	if closeClient {
+		b.WriteString("Connection: close\r\n")
+	}
+	b.WriteString("\r\n")
+	bw := bufio.NewWriterSize(rc.c, flushBytes)
+	bw.Write(b.Bytes())
+	if !noBody {
+		var w io.Writer = bw
+		var cw io.WriteCloser
+		if chunked {
+			cw = httputil.NewChunkedWriter(bw)
+			w = cw
+		}
+		var n int64
+		var err error
+		if resp.ContentLength >= 0 {
+			n, err = io.CopyN(w, resp.Body, resp.ContentLength)
+		} else {
+			n, err = io.Copy(w, resp.Body)
+		}
+		_ = n
+		if err != nil {
+			bw.Flush()
+			return false
+		}
+		if chunked {
+			cw.Close()
+			bw.WriteString("\r\n")
+		}
+	}
+	return bw.Flush() == nil
+}
+
+// appendHeader appends h's fields as header lines.
+func appendHeader(out []byte, h http.Header) []byte {
+	for k, vs := range h {
+		for _, v := range vs {
+			out = append(out, k...)
+			out = append(out, ": "...)
+			out = append(out, v...)
+			out = append(out, "\r\n"...)
+		}
+	}
+	return out
+}
+
+// hopHeaders are removed from requests and responses passing through
+// (RFC 9110 section 7.6.1; the list of httputil.ReverseProxy).
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// removeHopByHop removes the hop-by-hop headers and those Connection
+// names.
+func removeHopByHop(h http.Header) {
+	for _, f := range h["Connection"] {
+		for _, sf := range bytes.Split([]byte(f), []byte(",")) {
+			if sf = bytes.TrimSpace(sf); len(sf) > 0 {
+				h.Del(string(sf))
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+}
+
+// appendErrorAnswer appends the relay's own answer (502, 504) in the form
+// httpError gives the standard library path.
+func appendErrorAnswer(out []byte, code int, reason string, closeConn bool) []byte {
+	body := strconv.Itoa(code) + " " + http.StatusText(code) + ": " + reason + "\n"
+	out = append(out, "HTTP/1.1 "...)
+	out = strconv.AppendInt(out, int64(code), 10)
+	out = append(out, ' ')
+	out = append(out, http.StatusText(code)...)
+	out = append(out, "\r\nCache-Control: no-store\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nDate: "...)
+	out = time.Now().UTC().AppendFormat(out, http.TimeFormat)
+	out = append(out, "\r\nContent-Length: "...)
+	out = strconv.AppendInt(out, int64(len(body)), 10)
+	out = append(out, "\r\n"...)
+	if closeConn {
+		out = append(out, "Connection: close\r\n"...)
+	}
+	out = append(out, "\r\n"...)
+	return append(out, body...)
+}
+
+// bodyReader reads a response body from the upstream reader by its
+// framing, for the rewriter. Close does not close the connection.
+type bodyReader struct {
+	r       *bufio.Reader
+	cl      int64 // -1: chunked or until EOF
+	chunked bool
+	noBody  bool
+	cr      io.Reader
+	touched bool // Read was called
+	done    bool // the body was read to its end
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	b.touched = true
+	if b.done || b.noBody {
+		b.done = true
+		return 0, io.EOF
+	}
+	switch {
+	case b.chunked:
+		if b.cr == nil {
+			b.cr = httputil.NewChunkedReader(b.r)
+		}
+		n, err := b.cr.Read(p)
+		if err == io.EOF {
+			for { // trailer section
+				line, lerr := b.r.ReadSlice('\n')
+				if lerr != nil {
+					return n, io.ErrUnexpectedEOF
+				}
+				if len(line) <= 2 {
+					break
+				}
+			}
+			b.done = true
+		}
+		return n, err
+	case b.cl >= 0:
+		if b.cl == 0 {
+			b.done = true
+			return 0, io.EOF
+		}
+		if int64(len(p)) > b.cl {
+			p = p[:b.cl]
+		}
+		n, err := b.r.Read(p)
+		b.cl -= int64(n)
+		if err == io.EOF && b.cl > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		if b.cl == 0 && err == nil {
+			b.done = true
+		}
+		return n, err
+	default:
+		n, err := b.r.Read(p)
+		if err == io.EOF {
+			b.done = true
+		}
+		return n, err
+	}
+}
+
+func (b *bodyReader) Close() error { return nil }
+
+// handoffConn is a subscriber connection handed over to the standard
+// library server: reads start with what the relay had buffered.
+type handoffConn struct {
+	*conn
+	r *bufio.Reader
+}
+
+func (h *handoffConn) Read(b []byte) (int, error) { return h.r.Read(b) }
+
+// handoffListener feeds handed-over connections to the http.Server.
+type handoffListener struct {
+	ch     chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newHandoffListener() *handoffListener {
+	return &handoffListener{ch: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return &net.TCPAddr{} }
