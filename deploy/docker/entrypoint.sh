@@ -41,6 +41,10 @@ gateway)
 	for c in $(pep-gateway routes | tr ' ' '~'); do c=$(echo "$c" | tr '~' ' '); $c 2>/dev/null || true; done
 	nft -f /run/pep-gateway.nft
 	pep-gateway dns-guard -probe 127.0.0.1:5353 &
+	# Squid in pep's role: configs/squid.conf rendered for pepd's config
+	# (require-proxy-header port for pepd, carrier resolver, cache).
+	pepctl squid-conf -config /etc/pep/configs/pepd.yaml -template /etc/pep/configs/squid.conf \
+		-cache-dir-mb 512 -cache-mem-mb 64 > /etc/squid/squid.conf
 	squid -z -N -f /etc/squid/squid.conf >/dev/null 2>&1 || true
 	squid -f /etc/squid/squid.conf
 	exec pepd -config /etc/pep/configs/pepd.yaml -squid 127.0.0.1:3128 \
@@ -64,7 +68,7 @@ client)
 	# each of pepd's modes, with curl's timings.
 	log "testbed run has no -topology external: running the smoke load instead"
 	while [ ! -s /run/pep/dnsmasq.conf.hosts ]; do sleep 0.2; done
-	hosts=$(awk '{print $2}' /run/pep/dnsmasq.conf.hosts | head -n "${SMOKE_HOSTS:-5}")
+	hosts=$(awk '$1 ~ /^198\.19\./ {print $2}' /run/pep/dnsmasq.conf.hosts | head -n "${SMOKE_HOSTS:-5}")
 	{
 		echo "# compose smoke: profile ${PROFILE:-paper-average}"
 		echo
