@@ -14,9 +14,10 @@ type Config struct {
 	// came (encoded) and decoded. A larger body is passed through byte for
 	// byte (reason "too-large"). Zero means 8 MiB; negative is an error.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
-	// MaxTokenBytes bounds one HTML token (a tag, a comment, a <style> or
-	// <script> element's text), x/net/html Tokenizer.SetMaxBuf. From a longer
-	// token on the document is copied unchanged. Zero means 1 MiB; negative is
+	// MaxTokenBytes bounds one HTML token: a tag, a comment, the text of a
+	// <style> or <script> element (also the x/net/html Tokenizer's SetMaxBuf
+	// where it measures a script). From a longer token on, the document is
+	// copied unchanged (Stats.PassedThrough). Zero means 1 MiB; negative is
 	// an error.
 	MaxTokenBytes int `yaml:"max_token_bytes"`
 	// HTMLTypes are the media types rewritten as HTML, lowercase, without

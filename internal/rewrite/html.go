@@ -96,7 +96,7 @@ func (r *Rewriter) newDoc(u *url.URL) *doc {
 // rewriteHTML appends the rewritten document b to out. maxTok > 0 bounds a
 // single token: from a longer one on, b is copied unchanged.
 func (d *doc) rewriteHTML(out, b []byte, maxTok int) []byte {
-	s := scanner{b: b, spans: &d.spans}
+	s := scanner{b: b, spans: &d.spans, maxTok: maxTok}
 	last := 0 // b[:last] is in out
 	for {
 		kind, start, end := s.next()

@@ -53,6 +53,7 @@ type scanner struct {
 	nameEnd int             // for tokStartTag: the index after the tag name
 	textOf  string          // for tokRawText: the element, e.g. "style"
 	spans   *[numAttrs]span // if set, filled with a start tag's attributes
+	maxTok  int             // SetMaxBuf for the Tokenizer measuring a script
 }
 
 // next returns the next non-text token as b[start:end]. Text between tokens
@@ -64,7 +65,7 @@ func (s *scanner) next() (kind, start, end int) {
 		t := s.rawTag
 		s.rawTag = ""
 		start = s.pos
-		end = rawTextEnd(b, start, t)
+		end = rawTextEnd(b, start, t, s.maxTok)
 		s.pos = end
 		if end > start {
 			s.textOf = t
@@ -226,13 +227,13 @@ func markupEnd(b []byte, i int) int {
 
 // rawTextEnd returns the end of the text of raw text element tag starting at
 // b[start]: the index of its end tag, or len(b).
-func rawTextEnd(b []byte, start int, tag string) int {
+func rawTextEnd(b []byte, start int, tag string, maxTok int) int {
 	if tag == "plaintext" {
 		return len(b)
 	}
 	end := rawEndTag(b, start, tag)
 	if tag == "script" && bytes.Contains(b[start:end], []byte("<!--")) {
-		return start + scriptTextLen(b[start:])
+		return start + scriptTextLen(b[start:], maxTok)
 	}
 	return end
 }
@@ -259,9 +260,11 @@ func rawEndTag(b []byte, i int, tag string) int {
 
 // scriptTextLen measures a script element's text with the Tokenizer, which
 // follows the script data escaped states of the HTML standard (13.2.5.4 on).
-func scriptTextLen(b []byte) int {
+// A text over maxTok bytes (0: no bound) counts as running to the end.
+func scriptTextLen(b []byte, maxTok int) int {
 	const open = "<script>"
 	z := html.NewTokenizer(io.MultiReader(strings.NewReader(open), bytes.NewReader(b)))
+	z.SetMaxBuf(maxTok)
 	if z.Next() != html.StartTagToken {
 		return len(b)
 	}

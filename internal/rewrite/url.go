@@ -80,8 +80,8 @@ func validAuthority[T string | []byte](a T) bool {
 	return ok && validHost(host) && (len(port) == 0 || validPort(port))
 }
 
-// splitAuthority splits "host[:port]" ("[v6]:port" for IPv6); hasPort
-// distinguishes "host:" (empty port) from "host".
+// splitAuthority splits "host[:port]" ("[v6]:port" for IPv6); ok is false
+// for "host:" (empty port) and a malformed IPv6 literal.
 func splitAuthority[T string | []byte](a T) (host, port T, ok bool) {
 	if len(a) > 0 && a[0] == '[' {
 		end := indexByte(a, ']')

@@ -19,6 +19,7 @@ type PathError struct {
 	Reason string
 }
 
+// Error gives the reason with the target quoted.
 func (e *PathError) Error() string {
 	return fmt.Sprintf("rewrite: invalid VIP path %q: %s", e.Target, e.Reason)
 }
