@@ -68,16 +68,16 @@ client)
 	# each of pepd's modes, with curl's timings.
 	log "testbed run has no -topology external: running the smoke load instead"
 	while [ ! -s /run/pep/dnsmasq.conf.hosts ]; do sleep 0.2; done
-	hosts=$(awk '$1 ~ /^198\.19\./ {print $2}' /run/pep/dnsmasq.conf.hosts | head -n "${SMOKE_HOSTS:-5}")
+	hosts=$(awk '$1 ~ /^198\.19\./ && $2 ~ /^www\./ {print $2}' /run/pep/dnsmasq.conf.hosts | head -n "${SMOKE_HOSTS:-5}")
 	{
 		echo "# compose smoke: profile ${PROFILE:-paper-average}"
 		echo
-		echo "| mode | host | HTTP status | bytes | connect (s) | total (s) |"
-		echo "|---|---|---|---|---|---|"
+		echo "| mode | page | HTTP status | bytes | X-Cache (Squid) | connect (s) | total (s) |"
+		echo "|---|---|---|---|---|---|---|"
 		for m in off dns url; do
 			pepctl -admin 198.18.1.1:9090 mode "$m" >/dev/null 2>&1 || log "pepctl mode $m failed"
 			for h in $hosts; do
-				curl -s -o /dev/null --max-time 60 -w "| $m | $h | %{http_code} | %{size_download} | %{time_connect} | %{time_total} |\n" "http://$h/" || echo "| $m | $h | failed | | | |"
+				curl -s -o /dev/null --max-time 60 -w "| $m | $h | %{http_code} | %{size_download} | %header{x-cache} | %{time_connect} | %{time_total} |\n" "http://$h/" || echo "| $m | $h | failed | | | |"
 			done
 		done
 	} | tee /out/report.md
