@@ -110,34 +110,39 @@ func cleanSuffix(s string) (string, error) {
 // Reason constants). Special-use names (SpecialUse) and excluded suffixes
 // are never rewritten.
 func (p *Policy) Match(qname string) (reason string, ok bool) {
-	n := strings.ToLower(strings.TrimSuffix(qname, "."))
-	if SpecialUse(n) {
+	return p.matchName([]byte(strings.ToLower(strings.TrimSuffix(qname, "."))))
+}
+
+// matchName is Match for a name already lower-case and without the
+// trailing dot; it does not allocate.
+func (p *Policy) matchName(n []byte) (reason string, ok bool) {
+	if specialUseName(n) {
 		return ReasonSpecialUse, false
 	}
-	if p.under(n, p.exclude) {
+	if under(n, p.exclude) {
 		return ReasonExcluded, false
 	}
 	switch {
-	case p.under(n, p.suffixes):
+	case under(n, p.suffixes):
 		return ReasonDomain, true
 	case p.all:
 		return ReasonAll, true
-	case p.www && strings.HasPrefix(n, "www."):
+	case p.www && bytes.HasPrefix(n, []byte("www.")):
 		return ReasonWWW, true
 	}
 	return ReasonNoMatch, false
 }
 
 // under reports whether n or one of its parent domains is in set.
-func (p *Policy) under(n string, set map[string]struct{}) bool {
+func under(n []byte, set map[string]struct{}) bool {
 	if len(set) == 0 {
 		return false
 	}
 	for {
-		if _, ok := set[n]; ok {
+		if _, ok := set[string(n)]; ok {
 			return true
 		}
-		i := strings.IndexByte(n, '.')
+		i := bytes.IndexByte(n, '.')
 		if i < 0 {
 			return false
 		}
@@ -161,15 +166,6 @@ var specialUse = map[string]struct{}{
 
 // SpecialUse reports whether name (lower-case, no trailing dot) is a
 // special-use domain name or under one (see specialUse).
-func SpecialUse(name string) bool {
-	for {
-		if _, ok := specialUse[name]; ok {
-			return true
-		}
-		i := strings.IndexByte(name, '.')
-		if i < 0 {
-			return false
-		}
-		name = name[i+1:]
-	}
-}
+func SpecialUse(name string) bool { return specialUseName([]byte(name)) }
+
+func specialUseName(n []byte) bool { return under(n, specialUse) }

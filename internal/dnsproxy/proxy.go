@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,7 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	servers []server
+	udp     []*udpServer
 	closed  bool
 }
 
@@ -130,8 +132,9 @@ func (p *Proxy) ListenAndServe(addr string) error {
 // after Shutdown.
 var ErrServerClosed = errors.New("dnsproxy: server closed")
 
-// server is one miekg/dns server and a channel closed once it has started
-// (or failed to), so that Shutdown never races its start.
+// server is one miekg/dns server (TCP, or UDP on a PacketConn that is not
+// a *net.UDPConn) and a channel closed once it has started (or failed
+// to), so that Shutdown never races its start.
 type server struct {
 	s     *dns.Server
 	ready chan struct{}
@@ -140,12 +143,24 @@ type server struct {
 // Serve answers queries on pc (UDP) and ln (TCP); either may be nil. It
 // blocks until Shutdown (then returns nil) or a socket fails. After
 // Shutdown it closes pc and ln and returns ErrServerClosed.
+//
+// UDP on a *net.UDPConn is served by pepd's own loop (udp.go: batched
+// reads and writes, answers relayed as bytes); TCP, and UDP on any other
+// PacketConn, by miekg/dns's server. A socket bound to the unspecified
+// address answers from the address each query was sent to.
 func (p *Proxy) Serve(pc net.PacketConn, ln net.Listener) error {
 	var srvs []server
-	if pc != nil {
-		if u, ok := pc.(*net.UDPConn); ok {
-			_ = u.SetReadBuffer(4 << 20) // absorb bursts; the kernel caps it at rmem_max
+	var udp *udpServer
+	if uc, ok := pc.(*net.UDPConn); ok {
+		var err error
+		if udp, err = newUDPServer(p, uc); err != nil {
+			pc.Close()
+			if ln != nil {
+				ln.Close()
+			}
+			return fmt.Errorf("dnsproxy: %w", err)
 		}
+	} else if pc != nil {
 		srvs = append(srvs, server{&dns.Server{PacketConn: pc, Handler: p}, make(chan struct{})})
 	}
 	if ln != nil {
@@ -163,8 +178,11 @@ func (p *Proxy) Serve(pc net.PacketConn, ln net.Listener) error {
 		return ErrServerClosed
 	}
 	p.servers = append(p.servers, srvs...)
+	if udp != nil {
+		p.udp = append(p.udp, udp)
+	}
 	p.mu.Unlock()
-	errc := make(chan error, len(srvs))
+	errc := make(chan error, len(srvs)+1)
 	for _, s := range srvs {
 		var once sync.Once
 		s.s.NotifyStartedFunc = func() { once.Do(func() { close(s.ready) }) }
@@ -174,8 +192,13 @@ func (p *Proxy) Serve(pc net.PacketConn, ln net.Listener) error {
 			errc <- err
 		}()
 	}
+	n := len(srvs)
+	if udp != nil {
+		n++
+		go func() { errc <- udp.serve() }()
+	}
 	var first error
-	for range srvs {
+	for range n {
 		if err := <-errc; err != nil && first == nil {
 			first = err
 		}
@@ -194,9 +217,14 @@ func (p *Proxy) Serve(pc net.PacketConn, ln net.Listener) error {
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
-	srvs := p.servers
+	srvs, udps := p.servers, p.udp
 	p.mu.Unlock()
 	var errs []error
+	for _, u := range udps {
+		if err := u.shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, s := range srvs {
 		select {
 		case <-s.ready:
@@ -251,58 +279,112 @@ func (p *Proxy) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		p.reply(w, r, dns.RcodeServerFailure, tl, "servfail")
 		return
 	}
+	cq := &question{wire: wire, msg: r, id: r.Id, tl: tl, reason: reason, candidate: candidate, udpSize: udpSize(r)}
+	if _, err := w.Write(p.answer(cq, ans, overTCP)); err != nil {
+		p.log.Debug("writing answer", "client", w.RemoteAddr().String(), "err", err)
+	}
+}
+
+// answer turns ans, the upstream answer to q (framing checked, any ID),
+// into the client's answer: rewritten if q is a candidate and the
+// rewriter takes it, else ans itself; with the client's ID; over UDP cut
+// to the client's size with TC. It may change ans in place, and counts
+// the query's outcome.
+func (p *Proxy) answer(q *question, ans []byte, overTCP bool) []byte {
 	if ans[3]&0x0F == dns.RcodeServerFailure {
 		p.m.servfails.WithLabelValues("upstream").Inc()
 	}
-	outcome := "passed"
+	outcome, reason := "passed", q.reason
 	var msg *dns.Msg // ans unpacked, if it was
-	if candidate {
+	if q.candidate {
 		resp := new(dns.Msg)
-		if err := resp.Unpack(ans); err != nil {
+		r, err := q.unpacked()
+		if err == nil {
+			err = resp.Unpack(ans)
+		}
+		if err != nil {
 			// Framing was checked; a record whose RDATA does not parse is
 			// passed unchanged.
-			p.log.Debug("upstream answer does not unpack, passed unchanged", "name", q.Name, "err", err)
+			p.log.Debug("upstream answer does not unpack, passed unchanged", "type", q.tl, "err", err)
 			reason = "unparsable"
 		} else if out, skip := p.rw.Rewrite(r, resp); out == nil {
 			reason = skip
 			msg = resp
 		} else {
-			out.Id = r.Id
+			out.Id = q.id
 			if b, err := out.Pack(); err != nil {
-				p.log.Warn("rewritten answer does not pack, passed unchanged", "name", q.Name, "err", err)
+				p.log.Warn("rewritten answer does not pack, passed unchanged", "name", r.Question[0].Name, "err", err)
 				reason = "unparsable"
 			} else {
 				ans, msg, outcome = b, out, "rewritten"
-				p.m.rewrites.WithLabelValues(tl, reason).Inc()
+				p.m.rewrites.WithLabelValues(q.tl, reason).Inc()
 			}
 		}
 	}
 	if outcome == "passed" {
 		p.m.passthrough.WithLabelValues(reason).Inc()
 	}
-	binary.BigEndian.PutUint16(ans, r.Id)
-	if !overTCP {
-		if size := udpSize(r); len(ans) > size {
-			ans = p.truncate(r, ans, msg, size)
+	binary.BigEndian.PutUint16(ans, q.id)
+	if !overTCP && len(ans) > q.udpSize {
+		ans = p.truncate(q, ans, msg)
+	}
+	p.m.queries.WithLabelValues(q.tl, outcome).Inc()
+	return ans
+}
+
+// servfail returns a SERVFAIL answer to q (no resolver answered) and
+// counts it.
+func (p *Proxy) servfail(q *question) []byte {
+	p.m.servfails.WithLabelValues("pepd").Inc()
+	p.m.queries.WithLabelValues(q.tl, "servfail").Inc()
+	if r, err := q.unpacked(); err == nil {
+		if b, err := rcodeMsg(r, dns.RcodeServerFailure).Pack(); err == nil {
+			return b
 		}
 	}
-	p.m.queries.WithLabelValues(tl, outcome).Inc()
-	if _, err := w.Write(ans); err != nil {
-		p.log.Debug("writing answer", "client", w.RemoteAddr().String(), "err", err)
+	return headerOnly(q.wire, q.id, dns.RcodeServerFailure, false)
+}
+
+// headerOnly returns a reply to the one-question message wire with its
+// question and no records: ID id, QR, rcode, TC if tc.
+func headerOnly(wire []byte, id uint16, rcode int, tc bool) []byte {
+	qend, err := questionEnd(wire)
+	if err != nil {
+		qend = headerLen
 	}
+	b := append([]byte(nil), wire[:qend]...)
+	binary.BigEndian.PutUint16(b, id)
+	b[2] = b[2]&^0x02 | 0x80
+	if tc {
+		b[2] |= 0x02
+	}
+	b[3] = b[3]&0xF0 | byte(rcode&0x0F)
+	clear(b[6:headerLen])
+	return b
 }
 
 // candidate reports whether the answer to r may be rewritten, or the
 // pass-through reason if not.
 func (p *Proxy) candidate(r *dns.Msg) (reason string, ok bool) {
 	q := r.Question[0]
+	do := false
+	if o := r.IsEdns0(); o != nil {
+		do = o.Do()
+	}
+	return p.decide(q.Qtype, q.Qclass, do, []byte(strings.ToLower(strings.TrimSuffix(q.Name, "."))))
+}
+
+// decide reports whether the answer to a query of qtype and qclass for
+// name (lower-case, no trailing dot) may be rewritten, or the
+// pass-through reason if not; do is the query's DO bit.
+func (p *Proxy) decide(qtype, qclass uint16, do bool, name []byte) (reason string, ok bool) {
 	if p.mode != nil && p.mode.Get() != mode.DNS {
 		return SkipMode, false
 	}
-	if q.Qclass != dns.ClassINET {
+	if qclass != dns.ClassINET {
 		return SkipType, false
 	}
-	switch q.Qtype {
+	switch qtype {
 	case dns.TypeA, dns.TypeHTTPS:
 	case dns.TypeAAAA:
 		if p.rw.AAAA == AAAAPass {
@@ -311,10 +393,10 @@ func (p *Proxy) candidate(r *dns.Msg) (reason string, ok bool) {
 	default:
 		return SkipType, false
 	}
-	if o := r.IsEdns0(); o != nil && o.Do() {
+	if do {
 		return SkipDO, false
 	}
-	return p.policy.Load().Match(q.Name)
+	return p.policy.Load().matchName(name)
 }
 
 // udpSize is the largest UDP answer the client of r takes: its EDNS0
@@ -326,9 +408,10 @@ func udpSize(r *dns.Msg) int {
 	return dns.MinMsgSize
 }
 
-// truncate returns ans cut to size with TC set (RFC 2181 §9, RFC 7766
-// §5): the client asks again over TCP. msg is ans unpacked, or nil.
-func (p *Proxy) truncate(r *dns.Msg, ans []byte, msg *dns.Msg, size int) []byte {
+// truncate returns ans, the answer to q, cut to q's UDP size with TC set
+// (RFC 2181 §9, RFC 7766 §5): the client asks again over TCP. msg is ans
+// unpacked, or nil.
+func (p *Proxy) truncate(q *question, ans []byte, msg *dns.Msg) []byte {
 	p.m.truncations.Inc()
 	if msg == nil {
 		msg = new(dns.Msg)
@@ -339,37 +422,35 @@ func (p *Proxy) truncate(r *dns.Msg, ans []byte, msg *dns.Msg, size int) []byte 
 		msg = msg.Copy()
 	}
 	if msg != nil {
-		msg.Id = r.Id
-		msg.Truncate(size)
+		msg.Id = q.id
+		msg.Truncate(q.udpSize)
 		msg.Truncated = true
-		if b, err := msg.Pack(); err == nil && len(b) <= size {
+		if b, err := msg.Pack(); err == nil && len(b) <= q.udpSize {
 			return b
 		}
 	}
 	// The answer cannot be cut record by record: send its header and
 	// question only, with TC.
-	m := new(dns.Msg)
-	m.SetReply(r)
-	m.Rcode = int(ans[3] & 0x0F)
-	m.Truncated = true
-	b, err := m.Pack()
-	if err != nil {
-		return ans[:headerLen]
-	}
-	return b
+	return headerOnly(ans, q.id, int(ans[3]&0x0F), true)
 }
 
 // reply sends an answer with rcode and no records to r's question.
 func (p *Proxy) reply(w dns.ResponseWriter, r *dns.Msg, rcode int, tl, outcome string) {
+	p.m.queries.WithLabelValues(tl, outcome).Inc()
+	if err := w.WriteMsg(rcodeMsg(r, rcode)); err != nil {
+		p.log.Debug("writing answer", "client", w.RemoteAddr().String(), "err", err)
+	}
+}
+
+// rcodeMsg returns an answer with rcode and no records to r's question,
+// with an OPT record if r has one.
+func rcodeMsg(r *dns.Msg, rcode int) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetRcode(r, rcode)
 	if o := r.IsEdns0(); o != nil {
 		m.SetEdns0(dns.DefaultMsgSize, o.Do())
 	}
-	p.m.queries.WithLabelValues(tl, outcome).Inc()
-	if err := w.WriteMsg(m); err != nil {
-		p.log.Debug("writing answer", "client", w.RemoteAddr().String(), "err", err)
-	}
+	return m
 }
 
 // any answers a query of type ANY with one synthesized HINFO record

@@ -11,10 +11,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ErrBusy is returned by Exchange when max_inflight queries are already
@@ -22,10 +22,10 @@ import (
 var ErrBusy = errors.New("dnsproxy: too many upstream queries in flight")
 
 // Upstream asks the carrier resolvers (DESIGN.md "Carrier resolver"). Every
-// query goes out with a fresh random ID from a fresh socket (a random
-// source port chosen by the kernel), only an answer with that ID and the
-// same question is taken (RFC 5452 §9.1), and queries in flight are
-// bounded. Safe for concurrent use.
+// query goes out with a fresh random ID, over UDP from a socket whose
+// random source port changes every socketUses queries (mux.go), only an
+// answer with that ID and the same question is taken (RFC 5452 §9.1), and
+// queries in flight are bounded. Safe for concurrent use.
 type Upstream struct {
 	servers  []string // host:port
 	timeout  time.Duration
@@ -34,22 +34,11 @@ type Upstream struct {
 	log      *slog.Logger
 	m        *metrics
 	dialer   net.Dialer
-	idle     map[string]chan *pooledConn // per resolver: connected UDP sockets not in use
-}
+	mux      udpMux
 
-// Source-port reuse: a UDP socket serves one query at a time and at most
-// socketUses queries in all, so the source port (chosen at random by the
-// kernel for each new socket) changes every few queries while most queries
-// skip socket(2), connect(2) and close(2). A socket that saw a timeout or an
-// error is closed, never reused. idleSockets bounds the pool per resolver.
-const (
-	socketUses  = 64
-	idleSockets = 256
-)
-
-type pooledConn struct {
-	c    net.Conn
-	uses int
+	udpLatency prometheus.Observer
+	timeouts   prometheus.Counter
+	netErrors  prometheus.Counter
 }
 
 // UpstreamOptions configure an Upstream.
@@ -95,15 +84,13 @@ func NewUpstream(o UpstreamOptions, m *metrics) (*Upstream, error) {
 	if m == nil {
 		m = newMetrics(nil)
 	}
-	idle := map[string]chan *pooledConn{}
-	for _, r := range o.Resolvers {
-		idle[r] = make(chan *pooledConn, idleSockets)
-	}
-	return &Upstream{servers: o.Resolvers, timeout: o.Timeout, attempts: o.Attempts,
-		sem: make(chan struct{}, o.MaxInflight), log: o.Logger, m: m, idle: idle}, nil
+	u := &Upstream{servers: o.Resolvers, timeout: o.Timeout, attempts: o.Attempts,
+		sem: make(chan struct{}, o.MaxInflight), log: o.Logger, m: m,
+		udpLatency: m.upstream.WithLabelValues("udp"),
+		timeouts:   m.upErrors.WithLabelValues("timeout"), netErrors: m.upErrors.WithLabelValues("network")}
+	u.mux = udpMux{u: u, cur: map[string]*udpSocket{}}
+	return u, nil
 }
-
-var bufPool = sync.Pool{New: func() any { b := make([]byte, dns.MaxMsgSize); return &b }}
 
 // Exchange sends the wire query (one question; its ID is replaced) to
 // the resolvers and returns the matching answer in a new slice, with the
@@ -152,14 +139,19 @@ func (u *Upstream) Exchange(ctx context.Context, query []byte, overTCP bool) ([]
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		reason := "network"
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			reason = "timeout"
-		}
-		u.m.upErrors.WithLabelValues(reason).Inc()
-		u.log.Debug("upstream attempt failed", "resolver", server, "attempt", i+1, "err", err)
+		u.attemptFailed(server, i, err)
 	}
 	return nil, err
+}
+
+// attemptFailed counts and logs a failed attempt (0-based) at server.
+func (u *Upstream) attemptFailed(server string, attempt int, err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		u.timeouts.Inc()
+	} else {
+		u.netErrors.Inc()
+	}
+	u.log.Debug("upstream attempt failed", "resolver", server, "attempt", attempt+1, "err", err)
 }
 
 // accept checks an answer read for query q: it returns nil if ans is the
@@ -193,62 +185,7 @@ func (u *Upstream) skip(server string, err error, malformed bool) {
 }
 
 func (u *Upstream) exchangeUDP(ctx context.Context, server string, q []byte, qend int) ([]byte, error) {
-	start := time.Now()
-	deadline := start.Add(u.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	var pc *pooledConn
-	select {
-	case pc = <-u.idle[server]:
-	default:
-		c, err := u.dialer.DialContext(ctx, "udp", server)
-		if err != nil {
-			return nil, err
-		}
-		pc = &pooledConn{c: c}
-	}
-	pc.uses++
-	ans, err := u.readUDP(pc.c, server, q, qend, deadline)
-	if err != nil || pc.uses >= socketUses {
-		pc.c.Close()
-	} else {
-		select {
-		case u.idle[server] <- pc:
-		default:
-			pc.c.Close()
-		}
-	}
-	if err == nil {
-		u.m.upstream.WithLabelValues("udp").Observe(time.Since(start).Seconds())
-	}
-	return ans, err
-}
-
-// readUDP sends q on c and reads until the answer to q arrives or the
-// deadline passes.
-func (u *Upstream) readUDP(c net.Conn, server string, q []byte, qend int, deadline time.Time) ([]byte, error) {
-	if err := c.SetDeadline(deadline); err != nil {
-		return nil, err
-	}
-	if _, err := c.Write(q); err != nil {
-		return nil, err
-	}
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
-	for {
-		n, err := c.Read(buf)
-		if err != nil {
-			return nil, err // deadline, or ICMP port unreachable: no resolver there
-		}
-		ans := buf[:n]
-		if err, bad := u.accept(q, ans, qend); err != nil {
-			u.skip(server, err, bad)
-			continue
-		}
-		return append([]byte(nil), ans...), nil
-	}
+	return u.mux.exchange(ctx, server, q, qend)
 }
 
 func (u *Upstream) exchangeTCP(ctx context.Context, server string, q []byte, qend int) ([]byte, error) {
