@@ -15,10 +15,10 @@ import (
 	"pep/testbed/topo"
 )
 
-// smokePages are tp5n pages with objects on several hostnames, all http
-// (no HSTS-preloaded name, so url mode rewrites every subresource), small
-// enough for a quick run.
-const smokePages = "baidu.com,yahoo.co.jp,php.net"
+// smokePages are tp5n pages with objects on six or seven hostnames, all
+// http (no HSTS-preloaded name) and none built by scripts, so that url mode
+// rewrites every subresource.
+const smokePages = "yandex.ru,whois.domaintools.com,linkedin.com"
 
 // tp5nPath is the real corpus: PEP_TP5N, else ../../shared/corpus.
 func tp5nPath() string {

@@ -69,6 +69,9 @@ type Options struct {
 	// and not for the next one. Zero means 500 ms; negative means do not
 	// wait.
 	Settle time.Duration
+	// SettleMax bounds the wait for quiet after onload (a page that polls
+	// or holds a request open is never quiet). Zero means 10 s.
+	SettleMax time.Duration
 	// HTTPSRR lets the built-in resolver ask for HTTPS records (type 65)
 	// beside A records (feature UseDnsHttpsSvcb, on in Chromium by
 	// default). Off, one DNS query crosses the link per name, as in the
@@ -181,6 +184,9 @@ func NewSession(ctx context.Context, opts Options) (*Session, error) {
 	}
 	if opts.Settle == 0 {
 		opts.Settle = 500 * time.Millisecond
+	}
+	if opts.SettleMax == 0 {
+		opts.SettleMax = 10 * time.Second
 	}
 	log := opts.Log
 	if log == nil {
@@ -434,10 +440,15 @@ func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 		p.DCL = msDuration(nt.DOMContentLoadedEventEnd)
 		if s.opts.Settle > 0 {
 			t := time.NewTicker(50 * time.Millisecond)
-			for !n.quietFor(s.opts.Settle) && pctx.Err() == nil {
+			limit := time.After(s.opts.SettleMax)
+		settle:
+			for !n.quietFor(s.opts.Settle) {
 				select {
 				case <-t.C:
+				case <-limit:
+					break settle
 				case <-pctx.Done():
+					break settle
 				}
 			}
 			t.Stop()
