@@ -3,10 +3,12 @@
 // form http://VIP/host[:port]/path?query, and maps VIP-form requests, Location
 // headers and cookies between the two forms.
 //
-// The HTML rewriter streams over golang.org/x/net/html's tokenizer and copies
-// every token it does not change byte for byte. Response applies it to an
-// *http.Response (content type, content coding, charset, Content-Length,
-// ETag). ParseVIPPath, Rewriter.VIPURL, Rewriter.Location, SetCookie and
+// The HTML rewriter works on a document in memory: it finds tokens with the
+// boundaries of golang.org/x/net/html's Tokenizer (scan.go; the Tokenizer is
+// the reference in a differential test and fuzzer) and copies every byte it
+// does not change as it came. Response applies it to an *http.Response
+// (content type, content coding, charset, Content-Length, ETag), buffering
+// the body up to Config.MaxBodyBytes. ParseVIPPath, Rewriter.VIPURL, Rewriter.Location, SetCookie and
 // CookieHeader are the pure mappings the HTTP proxy uses.
 package rewrite
 
