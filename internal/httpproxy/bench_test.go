@@ -1,11 +1,13 @@
 package httpproxy
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,21 +59,31 @@ func runWrk(b *testing.B, target, path, host string, d time.Duration, conns int)
 // BenchmarkCachedRequestCPU measures the CPU time per cached request of
 // pepd+Squid against Squid alone, in the same run, with wrk as the load
 // generator (apt-get install -y wrk). Squid gets a second, plain
-// forward-proxy port for the "Squid alone" phase; pepd (in this process)
+// forward-proxy port for the "Squid alone" phases; pepd (in this process)
 // sends to Squid's PROXY protocol port. The object is a 10 KB image held
-// in Squid's memory cache. Run:
+// in Squid's memory cache. Each round runs three phases: Squid alone,
+// pepd's relay, pepd on the standard library only (the path the relay
+// hands unusual requests to); a round's ratio is (Squid + pepd CPU per
+// request in a pepd phase) / (Squid's CPU per request alone in the same
+// round). The median round is reported, with the spread in the log. Run:
 //
 //	go test -run '^$' -bench CachedRequestCPU -benchtime 1x ./internal/httpproxy/
 //
-// PEP_BENCH_SECONDS sets each phase's length (default 5).
+// PEP_BENCH_SECONDS sets each phase's length (default 3), PEP_BENCH_ROUNDS
+// the rounds (default 5); PEP_BENCH_STDLIB=0 skips the standard library
+// phases (for a -cpuprofile of the relay).
 func BenchmarkCachedRequestCPU(b *testing.B) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		b.Skip("wrk not installed (apt-get install -y wrk)")
 	}
-	secs := 5
+	secs, rounds := 3, 5
 	if s, err := strconv.Atoi(os.Getenv("PEP_BENCH_SECONDS")); err == nil && s > 0 {
 		secs = s
 	}
+	if s, err := strconv.Atoi(os.Getenv("PEP_BENCH_ROUNDS")); err == nil && s > 0 {
+		rounds = s
+	}
+	withStd := os.Getenv("PEP_BENCH_STDLIB") != "0"
 	pages := map[string]page{"img.cdn.test/logo.png": {ctype: "image/png", body: strings.Repeat("x", 10<<10)}}
 	ns := startDNS(b, siteRecords)
 	o := startOrigin(b, originIP, pages)
@@ -87,38 +99,64 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			}
 			plain := "127.0.0.1:" + freePort(b)
 			sq := startSquidExtra(b, sc, "http_port "+plain+"\n")
-			p := startPepd(b, pepdOpts{squid: sq.Addr, proxyProtocol: pp, resolver: ns.Addr, mode: mode.URL,
-				subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{port},
-				limits: Limits{}})
+			opts := pepdOpts{squid: sq.Addr, proxyProtocol: pp, resolver: ns.Addr, mode: mode.URL,
+				subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{port}}
+			relay := startPepd(b, opts)
+			opts.stdlib = true
+			std := startPepd(b, opts)
 			abs := "http://img.cdn.test:" + o.Port + "/logo.png"
 			vipPath := "/img.cdn.test:" + o.Port + "/logo.png"
 			// Warm: fill the cache and pepd's resolver cache.
 			runWrk(b, plain, abs, "", time.Second, 2)
-			runWrk(b, p.Addr, vipPath, testVIP.String(), time.Second, 2)
+			runWrk(b, relay.Addr, vipPath, testVIP.String(), time.Second, 2)
+			if withStd {
+				runWrk(b, std.Addr, vipPath, testVIP.String(), time.Second, 2)
+			}
 			d := time.Duration(secs) * time.Second
 			self := os.Getpid()
-			squidPid := sq.cmd.Process.Pid
-			// squid -N is one process (no master/kid), pinger disabled.
+			squidPid := sq.cmd.Process.Pid // squid -N is one process (no master/kid), pinger disabled
+			type phase struct {
+				n          int
+				squid, pep time.Duration
+			}
+			run := func(addr, path, host string) phase {
+				s0, p0 := procCPU(b, squidPid), procCPU(b, self)
+				n := runWrk(b, addr, path, host, d, 8)
+				return phase{n, procCPU(b, squidPid) - s0, procCPU(b, self) - p0}
+			}
+			us := func(t time.Duration, n int) float64 { return float64(t) / float64(n) / 1e3 }
+			type result struct{ alone, squid, pep, ratio, rate float64 }
+			var relayRes, stdRes []result
+			measure := func(alone phase, ph phase) result {
+				a := us(alone.squid, alone.n)
+				sqd, pep := us(ph.squid, ph.n), us(ph.pep, ph.n)
+				return result{a, sqd, pep, (sqd + pep) / a, float64(ph.n) / d.Seconds()}
+			}
 			b.ResetTimer()
-			s0 := procCPU(b, squidPid)
-			nAlone := runWrk(b, plain, abs, "", d, 8)
-			s1 := procCPU(b, squidPid)
-			p1 := procCPU(b, self)
-			nPep := runWrk(b, p.Addr, vipPath, testVIP.String(), d, 8)
-			s2 := procCPU(b, squidPid)
-			p2 := procCPU(b, self)
+			for range rounds {
+				alone := run(plain, abs, "")
+				relayRes = append(relayRes, measure(alone, run(relay.Addr, vipPath, testVIP.String())))
+				if withStd {
+					stdRes = append(stdRes, measure(alone, run(std.Addr, vipPath, testVIP.String())))
+				}
+			}
 			b.StopTimer()
-			alone := float64(s1-s0) / float64(nAlone)
-			squidBehind := float64(s2-s1) / float64(nPep)
-			pep := float64(p2-p1) / float64(nPep)
-			b.ReportMetric(alone/1e3, "squid-alone-µs/req")
-			b.ReportMetric(squidBehind/1e3, "squid-behind-pepd-µs/req")
-			b.ReportMetric(pep/1e3, "pepd-µs/req")
-			b.ReportMetric((squidBehind+pep)/alone, "ratio")
-			b.ReportMetric(float64(nAlone)/d.Seconds(), "squid-alone-req/s")
-			b.ReportMetric(float64(nPep)/d.Seconds(), "pepd+squid-req/s")
-			b.Logf("%s: squid alone %d req, %.1f µs CPU/req; pepd+squid %d req, squid %.1f + pepd %.1f µs CPU/req; ratio %.2f; upstream conns %v",
-				name, nAlone, alone/1e3, nPep, squidBehind/1e3, pep/1e3, (squidBehind+pep)/alone, testutilValue(p.M.upstreamConns))
+			report := func(label string, rs []result) {
+				if len(rs) == 0 {
+					return
+				}
+				slices.SortFunc(rs, func(x, y result) int { return cmp.Compare(x.ratio, y.ratio) })
+				m := rs[len(rs)/2]
+				b.ReportMetric(m.ratio, label+"-ratio")
+				b.ReportMetric(m.pep, label+"-pepd-µs/req")
+				b.ReportMetric(m.squid, label+"-squid-µs/req")
+				b.ReportMetric(m.alone, label+"-squid-alone-µs/req")
+				b.Logf("%s %s: median ratio %.2f (min %.2f, max %.2f over %d rounds); median round: squid alone %.1f µs/req; squid %.1f + pepd %.1f µs/req at %.0f req/s",
+					name, label, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), m.alone, m.squid, m.pep, m.rate)
+			}
+			report("relay", relayRes)
+			report("stdlib", stdRes)
+			b.Logf("%s upstream connections opened: relay %v, stdlib %v", name, testutilValue(relay.M.upstreamConns), testutilValue(std.M.upstreamConns))
 		})
 	}
 }

@@ -296,6 +296,7 @@ type pepdOpts struct {
 	hostMismatch  string
 	limits        Limits
 	listener      func(net.Listener) net.Listener // wraps the loopback listener (fake interception)
+	stdlib        bool                            // serve with net/http only, no relay
 }
 
 var testVIP = netip.MustParseAddr("192.0.2.12")
@@ -344,6 +345,7 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 		l = o.listener(l)
 	}
 	srv := NewServer(p, o.limits, log, m)
+	srv.relayOff = o.stdlib
 	done := make(chan struct{})
 	go func() { srv.Serve(l); close(done) }()
 	t.Cleanup(func() {
