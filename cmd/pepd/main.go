@@ -300,9 +300,16 @@ func (d *pepd) buildDNS(cfg *config.Config) error {
 		if err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", cfg.Listen.TLS)
+		// VIP:443 may be steered by TPROXY (deploy/nftables) or by
+		// REDIRECT/local delivery: a transparent listener takes both. Without
+		// CAP_NET_ADMIN it cannot be transparent; then only REDIRECT works.
+		ln, err := intercept.Listen(context.Background(), intercept.TPROXY, cfg.Listen.TLS)
+		if errors.Is(err, syscall.EPERM) {
+			d.log.Warn("splice: no CAP_NET_ADMIN for IP_TRANSPARENT; TPROXY-steered VIP:443 will not reach pepd", "listen", cfg.Listen.TLS)
+			ln, err = intercept.Listen(context.Background(), intercept.Redirect, cfg.Listen.TLS)
+		}
 		if err != nil {
-			return fmt.Errorf("splice: listen %q: %w", cfg.Listen.TLS, err)
+			return fmt.Errorf("splice: %w", err)
 		}
 		d.services = append(d.services, service{name: "tls-splice " + ln.Addr().String(),
 			serve: func() error { return ignoreClosed(sp.Serve(ln)) }, shutdown: sp.Shutdown})
