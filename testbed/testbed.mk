@@ -13,7 +13,7 @@
 CORPUS        ?= default
 PROFILE       ?= paper-average,paper-congested
 MODES         ?= direct,off,dns,url
-RUNS          ?= 3
+RUNS          ?= 2
 PAGES         ?=
 OUT           ?= testbed-out
 TESTBED_FLAGS ?= -parallel 2
