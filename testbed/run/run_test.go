@@ -1,0 +1,175 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pep/internal/config"
+	"pep/testbed/topo"
+)
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"default", func(*Config) {}, ""},
+		{"unknown mode", func(c *Config) { c.Modes = []string{"direct", "fast"} }, `run: modes: "fast" is not one of direct, off, dns, url`},
+		{"mode twice", func(c *Config) { c.Modes = []string{"url", "url"} }, `run: modes: "url" given twice`},
+		{"no runs", func(c *Config) { c.Runs = 0 }, "run: runs: 0, want at least 1"},
+		{"no profile", func(c *Config) { c.Profiles = nil }, "run: profile: none given"},
+		{"bad resolver", func(c *Config) { c.Resolver = "glibc" }, `run: browser: resolver "glibc": want builtin or system`},
+		{"no parallel", func(c *Config) { c.Parallel = 0 }, "run: parallel: 0, want at least 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.mod(&c)
+			got := ""
+			if err := c.Validate(); err != nil {
+				got = err.Error()
+			}
+			if got != tc.want {
+				t.Errorf("Validate() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func fixedTopo() topo.Config {
+	c := topo.Default()
+	c.Prefix = "peptb-1-1"
+	return c
+}
+
+func TestRuleset(t *testing.T) {
+	c := fixedTopo()
+	for _, tc := range []struct {
+		mode       string
+		want, not_ []string
+	}{
+		{"direct", []string{"table ip peptb\ndelete table ip peptb\n"}, []string{"redirect"}},
+		{"off", []string{
+			`iifname "radio0" ip saddr 198.18.0.2/24 tcp dport 80 counter redirect to :3129`,
+			`iifname "radio0" ip saddr 198.18.0.2/24 ip daddr 192.0.2.12 tcp dport 443 counter redirect to :3443`,
+		}, []string{"dport 53"}},
+		{"url", []string{"tcp dport 80 counter redirect to :3129"}, []string{"dport 53"}},
+		{"dns", []string{`iifname "radio0" ip saddr 198.18.0.2/24 meta l4proto { udp, tcp } th dport 53 counter redirect to :5353`}, nil},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			r := Ruleset(c, tc.mode)
+			for _, w := range tc.want {
+				if !strings.Contains(r, w) {
+					t.Errorf("ruleset lacks %q:\n%s", w, r)
+				}
+			}
+			for _, w := range tc.not_ {
+				if strings.Contains(r, w) {
+					t.Errorf("ruleset has %q:\n%s", w, r)
+				}
+			}
+			// nft itself checks the syntax, in a throwaway namespace.
+			if os.Geteuid() == 0 {
+				if _, err := exec.LookPath("nft"); err == nil {
+					cmd := exec.Command("unshare", "-n", "nft", "-c", "-f", "-")
+					cmd.Stdin = strings.NewReader(r)
+					if out, err := cmd.CombinedOutput(); err != nil {
+						t.Errorf("nft -c rejects the %s ruleset: %v: %s", tc.mode, err, out)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPepdConfigLoads checks that the configuration the runner gives pepd
+// is one pepd's own loader accepts, with the values the testbed needs.
+func TestPepdConfigLoads(t *testing.T) {
+	c, err := config.Parse("pepd.yaml", PepdConfig(fixedTopo()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, got, want string }{
+		{"mode", c.Mode.String(), "off"},
+		{"vip", c.VIP.String(), "192.0.2.12"},
+		{"subscribers", c.Subscribers[0].String(), "198.18.0.2/24"},
+		{"resolvers", strings.Join(c.Resolvers, ","), "198.18.1.2:53"},
+		{"squid", c.Squid, "127.0.0.1:3128"},
+		{"listen.http", c.Listen.HTTP, ":3129"},
+		{"listen.tls", c.Listen.TLS, ":3443"},
+		{"listen.dns", c.Listen.DNS, ":5353"},
+		{"listen.admin", c.Listen.Admin, "127.0.0.1:9090"},
+		{"rewrite_domains", strings.Join(c.DNS.RewriteDomains, ","), "*"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %q, want %q", tc.name, tc.got, tc.want)
+		}
+	}
+	if !c.SquidProxyProtocol {
+		t.Error("squid_proxy_protocol is off; configs/squid.conf's port requires the PROXY header")
+	}
+}
+
+// cancelOnWrite cancels a context at the progress bar's first output,
+// which comes when the first page starts loading.
+type cancelOnWrite struct {
+	once   sync.Once
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnWrite) Write(p []byte) (int, error) {
+	c.once.Do(c.cancel)
+	return len(p), nil
+}
+
+// TestInterruptLeavesNothing interrupts a run (as SIGINT does through the
+// command's context) while its first page loads, and checks that Run
+// returns the cancellation and that no namespace, /etc/netns folder or
+// process of the run remains.
+func TestInterruptLeavesNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (namespaces, AF_PACKET): sudo go test ./testbed/run")
+	}
+	for _, b := range []string{"chromium", "dnsmasq", "ip", "ethtool"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Skipf("needs %s (make deps): %v", b, err)
+		}
+	}
+	c := Default()
+	c.Profiles = []string{"paper-congested"} // slow: the first page is still loading when the cancel lands
+	c.Modes = []string{"direct"}
+	c.Runs = 1
+	c.Out = t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(tLog{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	start := time.Now()
+	_, err := Run(ctx, c, log, &cancelOnWrite{cancel: cancel})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("Run took %s to stop after the interrupt", d)
+	}
+	if left := topo.Leftovers(os.Getpid()); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	if procs := topo.Processes(os.Getpid()); len(procs) > 0 {
+		t.Errorf("processes of the run still running: %v", procs)
+	}
+	if _, err := os.Stat(filepath.Join(c.Out, "results.json")); err != nil {
+		t.Errorf("an interrupted run writes results.json: %v", err)
+	}
+}
+
+type tLog struct{ t *testing.T }
+
+func (w tLog) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
