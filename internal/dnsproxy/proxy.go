@@ -298,37 +298,42 @@ func (p *Proxy) answer(q *question, ans []byte, overTCP bool) []byte {
 	var msg *dns.Msg // ans unpacked, if it was
 	if q.candidate {
 		resp := new(dns.Msg)
-		r, err := q.unpacked()
-		if err == nil {
-			err = resp.Unpack(ans)
-		}
-		if err != nil {
+		if err := resp.Unpack(ans); err != nil {
 			// Framing was checked; a record whose RDATA does not parse is
 			// passed unchanged.
 			p.log.Debug("upstream answer does not unpack, passed unchanged", "type", q.tl, "err", err)
 			reason = "unparsable"
-		} else if out, skip := p.rw.Rewrite(r, resp); out == nil {
-			reason = skip
-			msg = resp
 		} else {
-			out.Id = q.id
-			if b, err := out.Pack(); err != nil {
-				p.log.Warn("rewritten answer does not pack, passed unchanged", "name", r.Question[0].Name, "err", err)
-				reason = "unparsable"
-			} else {
+			// The rewriter reads the query's question and DO bit only:
+			// Upstream.accept matched the answer's question to the
+			// query's, and decide takes no DO query as a candidate; so
+			// the fast path need not unpack the query.
+			r := q.msg
+			if r == nil {
+				r = &dns.Msg{Question: resp.Question}
+			}
+			out, b, skip := p.rw.rewritePacked(r, resp, true)
+			switch {
+			case out != nil:
+				binary.BigEndian.PutUint16(b, q.id)
+				out.Id = q.id
 				ans, msg, outcome = b, out, "rewritten"
-				p.m.rewrites.WithLabelValues(q.tl, reason).Inc()
+				p.m.rewrites.with(q.tl, reason).Inc()
+			case skip == SkipPack: // resp may have been changed: not msg
+				reason = skip
+			default:
+				reason, msg = skip, resp
 			}
 		}
 	}
 	if outcome == "passed" {
-		p.m.passthrough.WithLabelValues(reason).Inc()
+		p.m.passthrough.with(reason, "").Inc()
 	}
 	binary.BigEndian.PutUint16(ans, q.id)
 	if !overTCP && len(ans) > q.udpSize {
 		ans = p.truncate(q, ans, msg)
 	}
-	p.m.queries.WithLabelValues(q.tl, outcome).Inc()
+	p.m.queries.with(q.tl, outcome).Inc()
 	return ans
 }
 
@@ -336,7 +341,7 @@ func (p *Proxy) answer(q *question, ans []byte, overTCP bool) []byte {
 // counts it.
 func (p *Proxy) servfail(q *question) []byte {
 	p.m.servfails.WithLabelValues("pepd").Inc()
-	p.m.queries.WithLabelValues(q.tl, "servfail").Inc()
+	p.m.queries.with(q.tl, "servfail").Inc()
 	if r, err := q.unpacked(); err == nil {
 		if b, err := rcodeMsg(r, dns.RcodeServerFailure).Pack(); err == nil {
 			return b
@@ -436,7 +441,7 @@ func (p *Proxy) truncate(q *question, ans []byte, msg *dns.Msg) []byte {
 
 // reply sends an answer with rcode and no records to r's question.
 func (p *Proxy) reply(w dns.ResponseWriter, r *dns.Msg, rcode int, tl, outcome string) {
-	p.m.queries.WithLabelValues(tl, outcome).Inc()
+	p.m.queries.with(tl, outcome).Inc()
 	if err := w.WriteMsg(rcodeMsg(r, rcode)); err != nil {
 		p.log.Debug("writing answer", "client", w.RemoteAddr().String(), "err", err)
 	}
@@ -464,7 +469,7 @@ func (p *Proxy) any(w dns.ResponseWriter, r *dns.Msg) {
 	if o := r.IsEdns0(); o != nil {
 		m.SetEdns0(dns.DefaultMsgSize, o.Do())
 	}
-	p.m.queries.WithLabelValues("ANY", "any").Inc()
+	p.m.queries.with("ANY", "any").Inc()
 	if err := w.WriteMsg(m); err != nil {
 		p.log.Debug("writing answer", "client", w.RemoteAddr().String(), "err", err)
 	}

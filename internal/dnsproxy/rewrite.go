@@ -76,17 +76,32 @@ type Rewriter struct {
 // queries, signed answers and other types come back as (nil, reason).
 // A returned message always packs.
 func (r *Rewriter) Rewrite(q, resp *dns.Msg) (*dns.Msg, string) {
-	out, skip := r.rewrite(q, resp)
-	if out == nil {
-		return nil, skip
-	}
-	if _, err := out.Pack(); err != nil {
-		return nil, SkipPack
-	}
-	return out, ""
+	out, _, skip := r.rewritePacked(q, resp, false)
+	return out, skip
 }
 
-func (r *Rewriter) rewrite(q, resp *dns.Msg) (*dns.Msg, string) {
+// rewritePacked is Rewrite returning the rewritten message packed too. If
+// owned, resp belongs to the caller, who no longer needs it, and it may
+// be changed and returned as out instead of copied (the proxy's path).
+func (r *Rewriter) rewritePacked(q, resp *dns.Msg, owned bool) (*dns.Msg, []byte, string) {
+	out, skip := r.rewrite(q, resp, owned)
+	if out == nil {
+		return nil, nil, skip
+	}
+	b, err := out.Pack()
+	if err != nil {
+		return nil, nil, SkipPack
+	}
+	return out, b, ""
+}
+
+func (r *Rewriter) rewrite(q, resp *dns.Msg, owned bool) (*dns.Msg, string) {
+	copyOf := func(m *dns.Msg) *dns.Msg {
+		if owned {
+			return m
+		}
+		return m.Copy()
+	}
 	if len(q.Question) != 1 || len(resp.Question) != 1 {
 		return nil, SkipQuestion
 	}
@@ -112,20 +127,20 @@ func (r *Rewriter) rewrite(q, resp *dns.Msg) (*dns.Msg, string) {
 	final := chainEnd(qq.Name, resp.Answer)
 	switch qq.Qtype {
 	case dns.TypeA:
-		return r.addresses(resp, final, dns.TypeA, r.VIP)
+		return r.addresses(resp, copyOf, final, dns.TypeA, r.VIP)
 	case dns.TypeAAAA:
 		switch r.AAAA {
 		case AAAAVIP6:
-			return r.addresses(resp, final, dns.TypeAAAA, r.VIP6)
+			return r.addresses(resp, copyOf, final, dns.TypeAAAA, r.VIP6)
 		case AAAAFilter:
-			return r.filter(resp, final, dns.TypeAAAA)
+			return r.filter(resp, copyOf, final, dns.TypeAAAA)
 		}
 		return nil, SkipAAAAPass
 	case dns.TypeHTTPS:
 		if r.HTTPS == HTTPSHints {
-			return r.hints(resp, final)
+			return r.hints(resp, copyOf, final)
 		}
-		return r.filter(resp, final, dns.TypeHTTPS)
+		return r.filter(resp, copyOf, final, dns.TypeHTTPS)
 	}
 	return nil, SkipType
 }
@@ -183,12 +198,12 @@ func (r *Rewriter) ttlFor(origin uint32) uint32 {
 
 // addresses puts vip first in the RRset of type t (A or AAAA) owned by
 // final, keeping the origin records after it.
-func (r *Rewriter) addresses(resp *dns.Msg, final string, t uint16, vip netip.Addr) (*dns.Msg, string) {
+func (r *Rewriter) addresses(resp *dns.Msg, copyOf func(*dns.Msg) *dns.Msg, final string, t uint16, vip netip.Addr) (*dns.Msg, string) {
 	first := slices.IndexFunc(resp.Answer, func(rr dns.RR) bool { return owned(rr, final, t) })
 	if first < 0 {
 		return nil, SkipNoData
 	}
-	out := resp.Copy()
+	out := copyOf(resp)
 	var origins []dns.RR
 	originTTL := uint32(1<<31 - 1)
 	kept := out.Answer[:0:0]
@@ -248,11 +263,11 @@ func addrOf(rr dns.RR) netip.Addr {
 // authority section so that stubs cache the negative answer (RFC 2308 §5)
 // for as long as the A RRset of the name, rather than asking again on
 // every lookup over the radio link.
-func (r *Rewriter) filter(resp *dns.Msg, final string, t uint16) (*dns.Msg, string) {
+func (r *Rewriter) filter(resp *dns.Msg, copyOf func(*dns.Msg) *dns.Msg, final string, t uint16) (*dns.Msg, string) {
 	if !hasType(resp.Answer, t) {
 		return nil, SkipNoData
 	}
-	out := resp.Copy()
+	out := copyOf(resp)
 	origin := uint32(1<<31 - 1)
 	kept := out.Answer[:0:0]
 	for _, rr := range out.Answer {
@@ -293,11 +308,11 @@ func mbox(name string) string {
 // rewritten addresses (RFC 9460 §7.3): the VIP goes first in ipv4hint,
 // ipv6hint follows r.AAAA, and h3 leaves alpn because the VIP serves TCP
 // only. ech is kept (README.md "HTTPS records and ECH").
-func (r *Rewriter) hints(resp *dns.Msg, final string) (*dns.Msg, string) {
+func (r *Rewriter) hints(resp *dns.Msg, copyOf func(*dns.Msg) *dns.Msg, final string) (*dns.Msg, string) {
 	if !hasType(resp.Answer, dns.TypeHTTPS) {
 		return nil, SkipNoData
 	}
-	out := resp.Copy()
+	out := copyOf(resp)
 	for _, rr := range out.Answer {
 		h, ok := rr.(*dns.HTTPS)
 		if !ok || h.Priority == 0 { // AliasMode carries no parameters

@@ -198,7 +198,7 @@ func (s *udpServer) slow(data []byte, from *unix.RawSockaddrInet6, oob []byte) {
 			}
 			m.SetRcode(m, rcode)
 			m.Opcode = opcode
-			s.p.m.queries.WithLabelValues("other", "formerr").Inc()
+			s.p.m.queries.with("other", "formerr").Inc()
 			w.WriteMsg(m)
 			return
 		}
