@@ -1,5 +1,5 @@
 // Package calibrate measures an emulated link end to end and compares it with
-// its profile: RTT by UDP echo, goodput by a bulk TCP transfer each way, and
+// its profile: RTT by UDP echo, rate by a bulk TCP transfer each way, and
 // loss by counting echoes. It builds its own namespaces (run-unique names)
 // and removes them when done. Needs root.
 package calibrate
@@ -53,7 +53,7 @@ type Config struct {
 // Result is one check of one profile.
 type Result struct {
 	Profile    string
-	Metric     string  // "rtt", "goodput up", "goodput down", "loss"
+	Metric     string  // "rtt", "loss", "payload rate up", "payload rate down"
 	Configured string  // the profile's figure, e.g. "400ms" or "81kbit"
 	Expected   float64 // what should be measured, in Unit
 	Measured   float64 // in Unit
@@ -151,26 +151,19 @@ type session struct {
 	quick  bool
 	log    *slog.Logger
 	echo   net.PacketConn
-	tcp    net.Listener
 	wg     sync.WaitGroup
-	// conns carries accepted TCP connections to the bulk measurement.
-	conns chan net.Conn
 }
 
 func (s *session) startServers() error {
 	err := netem.InNamespace(s.gw, func() error {
 		var err error
-		if s.echo, err = net.ListenPacket("udp4", gwAddr.Addr().String()+":0"); err != nil {
-			return err
-		}
-		s.tcp, err = net.Listen("tcp4", gwAddr.Addr().String()+":0")
+		s.echo, err = net.ListenPacket("udp4", gwAddr.Addr().String()+":0")
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("calibrate: servers in %s: %w", s.gw, err)
 	}
-	s.conns = make(chan net.Conn)
-	s.wg.Add(2)
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		buf := make([]byte, 2048)
@@ -182,22 +175,11 @@ func (s *session) startServers() error {
 			_, _ = s.echo.WriteTo(buf[:n], from)
 		}
 	}()
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := s.tcp.Accept()
-			if err != nil {
-				return
-			}
-			s.conns <- c
-		}
-	}()
 	return nil
 }
 
 func (s *session) stopServers() {
 	s.echo.Close()
-	s.tcp.Close()
 	s.wg.Wait()
 }
 
@@ -365,36 +347,63 @@ func binomialBound(n int, q float64) (lo, hi float64) {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // bulk runs one TCP transfer in direction dir ("down": gateway to mobile)
-// and compares its steady goodput with the rate. The rate counts IP bytes, so
-// a full segment of MSS payload bytes costs MSS + 40 (+12 with timestamps)
-// bytes of link time: expected goodput = rate * MSS / (MSS + headers).
+// and compares the payload rate the link delivers with its rate.
+//
+// The link rate counts IP bytes, so a full segment of MSS payload bytes
+// costs MSS + 40 (+12 with timestamps) bytes of link time: expected =
+// rate * MSS / (MSS + headers). The measured payload rate is the
+// least-squares slope, over the window, of data segments received
+// (tcpi_data_segs_in, TCP_INFO) times the MSS: every data segment the link
+// delivered, in order or not. Bytes read by the application are the same on
+// average but arrive in bursts whenever a retransmission fills a hole left
+// by a drop-tail loss, which biases a window that starts or ends near one;
+// the application's goodput is reported beside it.
 func (s *session) bulk(ctx context.Context, p netem.Profile, dir string, d netem.Direction) (Result, error) {
+	var ln net.Listener
+	err := netem.InNamespace(s.gw, func() (err error) {
+		ln, err = net.Listen("tcp4", gwAddr.Addr().String()+":0")
+		return err
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("bulk listen: %w", err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
 	var client net.Conn
-	err := netem.InNamespace(s.mn, func() error {
+	err = netem.InNamespace(s.mn, func() error {
 		var err error
 		dl := net.Dialer{Timeout: 10 * time.Second}
-		client, err = dl.DialContext(ctx, "tcp4", s.tcp.Addr().String())
+		client, err = dl.DialContext(ctx, "tcp4", ln.Addr().String())
 		return err
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("bulk dial: %w", err)
 	}
-	var server net.Conn
-	select {
-	case server = <-s.conns:
-	case <-time.After(10 * time.Second):
-		client.Close()
-		return Result{}, errors.New("bulk: no connection accepted")
-	}
 	defer client.Close()
+	server, ok := <-accepted
+	if !ok {
+		return Result{}, errors.New("bulk: accept failed")
+	}
 	defer server.Close()
 	sender, receiver := server, client
 	if dir == "up" {
 		sender, receiver = client, server
 	}
-	mss, hdr, err := segmentShape(sender)
+	info, err := tcpInfo(sender)
 	if err != nil {
 		return Result{}, err
+	}
+	mss, hdr := int(info.Snd_mss), 40
+	if info.Options&tcpiOptTimestamps != 0 {
+		hdr += 12
 	}
 	wire := d.Rate.TxTime(mss + hdr)
 	window := max(3*time.Second, 40*wire)
@@ -414,7 +423,7 @@ func (s *session) bulk(ctx context.Context, p netem.Profile, dir string, d netem
 	buf := make([]byte, 256<<10)
 	var total int
 	var tStart time.Time
-	var ts, bs []float64 // arrival time since tStart (s), cumulative bytes
+	var ts, segs, app []float64 // time since tStart (s), segments x MSS, bytes read
 	_ = receiver.SetReadDeadline(time.Now().Add(window + 30*time.Second))
 	for {
 		k, err := receiver.Read(buf)
@@ -429,7 +438,13 @@ func (s *session) bulk(ctx context.Context, p netem.Profile, dir string, d netem
 			}
 			continue
 		}
-		ts, bs = append(ts, now.Sub(tStart).Seconds()), append(bs, float64(total))
+		ri, err := tcpInfo(receiver)
+		if err != nil {
+			return Result{}, err
+		}
+		ts = append(ts, now.Sub(tStart).Seconds())
+		segs = append(segs, float64(ri.Data_segs_in)*float64(mss))
+		app = append(app, float64(total))
 		if now.Sub(tStart) >= window {
 			break
 		}
@@ -438,16 +453,40 @@ func (s *session) bulk(ctx context.Context, p netem.Profile, dir string, d netem
 	if len(ts) < 3 {
 		return Result{}, fmt.Errorf("bulk %s: only %d reads in the window", dir, len(ts))
 	}
-	meas := slope(ts, bs) * 8 / 1000
+	meas := slope(ts, segs) * 8 / 1000
+	goodput := slope(ts, app) * 8 / 1000
 	want := float64(d.Rate) * float64(mss) / float64(mss+hdr) / 1000
 	rel := math.Abs(meas-want) / want
 	return Result{
-		Profile: p.Name, Metric: "goodput " + dir, Configured: d.Rate.String(),
+		Profile: p.Name, Metric: "payload rate " + dir, Configured: d.Rate.String(),
 		Expected: want, Measured: meas, Unit: "kbit/s",
 		Bound: fmt.Sprintf("±%g%%", RateTolerance*100), Pass: rel <= RateTolerance,
-		Note: fmt.Sprintf("least-squares slope of TCP payload received over %.1f s after the first %d B; expected = rate*%d/(%d+%d)",
-			window.Seconds(), startBytes, mss, mss, hdr),
+		Note: fmt.Sprintf("slope of data segments x %d B over %.1f s after the first %d B; expected = rate*%d/(%d+%d); application goodput %.2f kbit/s",
+			mss, window.Seconds(), startBytes, mss, mss, hdr, goodput),
 	}, nil
+}
+
+// tcpInfo reads TCP_INFO (tcp(7)) of a connection.
+func tcpInfo(c net.Conn) (*unix.TCPInfo, error) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return nil, errors.New("calibrate: not a TCP connection")
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var info *unix.TCPInfo
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil {
+		return nil, err
+	}
+	if ierr != nil {
+		return nil, fmt.Errorf("calibrate: TCP_INFO: %w", ierr)
+	}
+	return info, nil
 }
 
 // slope is the least-squares slope of y over x. Fitting every read, rather
@@ -468,33 +507,6 @@ func slope(x, y []float64) float64 {
 		sxx += (x[i] - mx) * (x[i] - mx)
 	}
 	return sxy / sxx
-}
-
-// segmentShape reads the sender's MSS and header size (TCP_INFO, tcp(7)).
-func segmentShape(c net.Conn) (mss, hdr int, err error) {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return 0, 0, errors.New("not a TCP connection")
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return 0, 0, err
-	}
-	var info *unix.TCPInfo
-	var ierr error
-	if err := rc.Control(func(fd uintptr) {
-		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-	}); err != nil {
-		return 0, 0, err
-	}
-	if ierr != nil {
-		return 0, 0, fmt.Errorf("TCP_INFO: %w", ierr)
-	}
-	hdr = 40
-	if info.Options&tcpiOptTimestamps != 0 {
-		hdr += 12
-	}
-	return int(info.Snd_mss), hdr, nil
 }
 
 // Passed reports whether every result passed.

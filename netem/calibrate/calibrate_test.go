@@ -43,7 +43,7 @@ func TestSlope(t *testing.T) {
 }
 
 // TestCalibrateQuick is the calibration subset of "make test": the paper's
-// average cell (RTT and goodput both ways) and a lossy HTTP/2-Advance grid
+// average cell (RTT, loss, rate both ways) and a lossy HTTP/2-Advance grid
 // point, end to end through the emulator in namespaces. Needs root.
 func TestCalibrateQuick(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -71,8 +71,8 @@ func TestCalibrateQuick(t *testing.T) {
 	for _, r := range rs {
 		metrics[r.Profile+" "+r.Metric] = true
 	}
-	for _, want := range []string{"paper-average rtt", "paper-average loss", "paper-average goodput down",
-		"paper-average goodput up", "h2a-rtt100-loss2 rtt", "h2a-rtt100-loss2 loss"} {
+	for _, want := range []string{"paper-average rtt", "paper-average loss", "paper-average payload rate down",
+		"paper-average payload rate up", "h2a-rtt100-loss2 rtt", "h2a-rtt100-loss2 loss"} {
 		if !metrics[want] {
 			t.Errorf("no %q check in the results", want)
 		}
