@@ -73,6 +73,7 @@ func cmdRun(args []string) error {
 	resolver := fs.String("resolver", string(c.Resolver), "Chromium's resolver: builtin (AsyncDns) or system (getaddrinfo)")
 	fs.BoolVar(&c.HTTPSRR, "https-rr", false, "let Chromium ask for HTTPS records (type 65) beside A records")
 	fs.BoolVar(&c.Unpartitioned, "unpartitioned", false, "turn off Chromium's partitioning of connections and host cache by top-level site")
+	disableFeatures := fs.String("disable-features", "", "more Chromium features to turn off, comma-separated (e.g. HappyEyeballsV3)")
 	fs.DurationVar(&c.PageTimeout, "page-timeout", c.PageTimeout, "time limit of one page load")
 	fs.DurationVar(&c.Settle, "settle", c.Settle, "quiet network time after onload before the next page")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "link emulator: auto, tc or userspace")
@@ -86,6 +87,7 @@ func cmdRun(args []string) error {
 	}
 	c.Profiles = splitList(*profiles)
 	c.Modes = splitList(*modes)
+	c.DisableFeatures = splitList(*disableFeatures)
 	r, err := browser.ParseResolver(*resolver)
 	if err != nil {
 		return err
@@ -114,8 +116,8 @@ func cmdRun(args []string) error {
 	)).With("component", "testbed")
 	// The exact configuration comes first, on the terminal too.
 	fmt.Fprintf(os.Stderr, "testbed: %s\n", c.Command)
-	fmt.Fprintf(os.Stderr, "testbed: corpus=%s pages=%q profiles=%s wired=%q modes=%s runs=%d resolver=%s https-rr=%v unpartitioned=%v warm=%v backend=%s page-timeout=%s settle=%s parallel=%d out=%s\n",
-		c.Corpus, c.Pages, strings.Join(c.Profiles, ","), c.Wired, strings.Join(c.Modes, ","), c.Runs, c.Resolver, c.HTTPSRR, c.Unpartitioned, c.Warm,
+	fmt.Fprintf(os.Stderr, "testbed: corpus=%s pages=%q profiles=%s wired=%q modes=%s runs=%d resolver=%s https-rr=%v unpartitioned=%v disable-features=%q warm=%v backend=%s page-timeout=%s settle=%s parallel=%d out=%s\n",
+		c.Corpus, c.Pages, strings.Join(c.Profiles, ","), c.Wired, strings.Join(c.Modes, ","), c.Runs, c.Resolver, c.HTTPSRR, c.Unpartitioned, strings.Join(c.DisableFeatures, ","), c.Warm,
 		c.Backend, c.PageTimeout, c.Settle, c.Parallel, c.Out)
 
 	if removed, err := topo.Sweep(); err != nil {

@@ -84,6 +84,9 @@ type Options struct {
 	// connection to the VIP opened for one site's page is reused by the
 	// next site's page, as in the seed paper's 2004 browser.
 	Unpartitioned bool
+	// DisableFeatures are more Chromium features to turn off (e.g.
+	// "HappyEyeballsV3"), appended to the list Flags builds.
+	DisableFeatures []string
 	// IgnoreCertErrors makes Chromium accept the testbed's test CA
 	// (--ignore-certificate-errors).
 	IgnoreCertErrors bool
@@ -122,6 +125,7 @@ func Flags(opts Options) []string {
 	if opts.Unpartitioned {
 		disable = append(disable, "PartitionConnectionsByNetworkIsolationKey", "SplitHostCacheByNetworkIsolationKey")
 	}
+	disable = append(disable, opts.DisableFeatures...)
 	if opts.HTTPSRR {
 		enable = append(enable, "UseDnsHttpsSvcb")
 	} else {

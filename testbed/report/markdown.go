@@ -23,6 +23,9 @@ func Markdown(r *Results, plots map[string][]string) []byte {
 		part = "not partitioned (PartitionConnectionsByNetworkIsolationKey and SplitHostCacheByNetworkIsolationKey off)"
 	}
 	fmt.Fprintf(&b, "- Chromium resolver: %s; HTTPS records asked: %v; connections and host cache %s\n", c.Resolver, c.HTTPSRR, part)
+	if len(c.DisableFeatures) > 0 {
+		fmt.Fprintf(&b, "- Chromium features also turned off: %s\n", strings.Join(c.DisableFeatures, ", "))
+	}
 	fmt.Fprintf(&b, "- browser: %s\n", c.Browser)
 	fmt.Fprintf(&b, "- link backend: %s; VIP %s; origins %s; page timeout %s\n", c.Backend, c.VIP, c.Origins, c.PageTimeout)
 	if !c.Started.IsZero() {

@@ -44,6 +44,9 @@ type Config struct {
 	// Unpartitioned turns off Chromium's partitioning of connections and
 	// host cache by top-level site (browser.Options.Unpartitioned).
 	Unpartitioned bool
+	// DisableFeatures are more Chromium features to turn off
+	// (browser.Options.DisableFeatures).
+	DisableFeatures []string
 	// PageTimeout bounds one page load; Settle is the quiet time after
 	// onload (browser.Options).
 	PageTimeout, Settle time.Duration
@@ -122,6 +125,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("profiles", strings.Join(c.Profiles, ",")), slog.String("wired", c.Wired),
 		slog.String("modes", strings.Join(c.Modes, ",")), slog.Int("runs", c.Runs),
 		slog.String("out", c.Out), slog.Bool("warm", c.Warm), slog.String("resolver", string(c.Resolver)), slog.Bool("https_rr", c.HTTPSRR), slog.Bool("unpartitioned", c.Unpartitioned),
+		slog.String("disable_features", strings.Join(c.DisableFeatures, ",")),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
 		slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel),
 	)

@@ -76,7 +76,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 	}
 
 	res := &report.Results{Config: report.RunConfig{
-		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: string(c.Resolver), HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, Warm: c.Warm,
+		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: string(c.Resolver), HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures, Warm: c.Warm,
 		Backend: c.Backend, VIP: "192.0.2.12", Origins: plan.Prefix.String(), Started: time.Now(),
 		Command: c.Command, PageTimeout: c.PageTimeout.String(),
 		SquidCache: "cold: Squid restarted on an empty cache folder before every (mode, run) session",
@@ -207,7 +207,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 	s, err := browser.NewSession(ctx, browser.Options{
 		NS: bed.Topo.Config.MNNS(), ExecPath: c.Chromium, Resolver: c.Resolver,
 		PageTimeout: c.PageTimeout, Settle: c.Settle, IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned,
-		ProfileDir: bed.work, Log: bed.log.With("mode", m, "run", run),
+		DisableFeatures: c.DisableFeatures, ProfileDir: bed.work, Log: bed.log.With("mode", m, "run", run),
 	})
 	if err != nil {
 		return nil, "", err
