@@ -94,17 +94,19 @@ type RunConfig struct {
 	HTTPSRR  bool          `json:"https_rr"` // Chromium also asked for HTTPS records (type 65)
 	// Unpartitioned: Chromium's connections and host cache were not
 	// partitioned by top-level site (they are by default).
-	Unpartitioned bool      `json:"unpartitioned"`
-	Warm          bool      `json:"warm"`
-	Backend       string    `json:"link_backend"`
-	Browser       string    `json:"browser"` // user agent
-	VIP           string    `json:"vip"`
-	Origins       string    `json:"origins"` // origin address block
-	Started       time.Time `json:"started"`
-	Finished      time.Time `json:"finished"`
-	Command       string    `json:"command"`
-	SquidCache    string    `json:"squid_cache"` // what "cold" means: how the cache was emptied
-	PageTimeout   string    `json:"page_timeout"`
+	Unpartitioned bool `json:"unpartitioned"`
+	// DisableFeatures are further Chromium features the run turned off.
+	DisableFeatures []string  `json:"disable_features,omitempty"`
+	Warm            bool      `json:"warm"`
+	Backend         string    `json:"link_backend"`
+	Browser         string    `json:"browser"` // user agent
+	VIP             string    `json:"vip"`
+	Origins         string    `json:"origins"` // origin address block
+	Started         time.Time `json:"started"`
+	Finished        time.Time `json:"finished"`
+	Command         string    `json:"command"`
+	SquidCache      string    `json:"squid_cache"` // what "cold" means: how the cache was emptied
+	PageTimeout     string    `json:"page_timeout"`
 }
 
 // Results is the content of results.json.
