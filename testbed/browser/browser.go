@@ -80,7 +80,7 @@ type Options struct {
 	// Unpartitioned turns off Chromium's network state partitioning of
 	// connections and of the host cache by top-level site (features
 	// PartitionConnectionsByNetworkIsolationKey and
-	// SplitHostCacheByNetworkIsolationKey, on by default): with it, a
+	// SplitHostCacheByNetworkAnonymizationKey, on by default): with it, a
 	// connection to the VIP opened for one site's page is reused by the
 	// next site's page, as in the seed paper's 2004 browser.
 	Unpartitioned bool
@@ -123,7 +123,7 @@ func Flags(opts Options) []string {
 		enable = append(enable, "AsyncDns")
 	}
 	if opts.Unpartitioned {
-		disable = append(disable, "PartitionConnectionsByNetworkIsolationKey", "SplitHostCacheByNetworkIsolationKey")
+		disable = append(disable, "PartitionConnectionsByNetworkIsolationKey", "SplitHostCacheByNetworkAnonymizationKey")
 	}
 	disable = append(disable, opts.DisableFeatures...)
 	if opts.HTTPSRR {

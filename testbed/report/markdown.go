@@ -20,7 +20,7 @@ func Markdown(r *Results, plots map[string][]string) []byte {
 	fmt.Fprintf(&b, "- modes: %s; runs: %d; Squid cache: %s\n", strings.Join(c.Modes, ", "), c.Runs, c.SquidCache)
 	part := "partitioned by top-level site (Chromium's default)"
 	if c.Unpartitioned {
-		part = "not partitioned (PartitionConnectionsByNetworkIsolationKey and SplitHostCacheByNetworkIsolationKey off)"
+		part = "not partitioned (PartitionConnectionsByNetworkIsolationKey and SplitHostCacheByNetworkAnonymizationKey off)"
 	}
 	fmt.Fprintf(&b, "- Chromium resolver: %s; HTTPS records asked: %v; connections and host cache %s\n", c.Resolver, c.HTTPSRR, part)
 	if len(c.DisableFeatures) > 0 {
