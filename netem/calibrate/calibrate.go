@@ -519,7 +519,8 @@ func Passed(rs []Result) bool {
 	return len(rs) > 0
 }
 
-// WriteTable writes rs as a Markdown table (the one in netem/README.md).
+// WriteTable writes rs as a Markdown table (the one in netem/README.md),
+// then each check's note: how it was measured and derived.
 func WriteTable(w io.Writer, rs []Result) error {
 	var b strings.Builder
 	b.WriteString("| profile | metric | configured | expected | measured | error | bound | ok | attempts |\n")
@@ -535,6 +536,10 @@ func WriteTable(w io.Writer, rs []Result) error {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %.2f %s | %.2f %s | %s | %s | %s | %d |\n",
 			r.Profile, r.Metric, r.Configured, r.Expected, r.Unit, r.Measured, r.Unit, errStr, r.Bound, ok, r.Attempts)
+	}
+	b.WriteString("\n")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "- %s %s: %s\n", r.Profile, r.Metric, r.Note)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
