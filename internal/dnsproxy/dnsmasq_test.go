@@ -2,17 +2,22 @@ package dnsproxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
+	"net/netip"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
+	"pep/internal/guard"
 	"pep/internal/mode"
 )
 
@@ -323,5 +328,93 @@ func TestMalformedUpstream(t *testing.T) {
 		if got := counterValue(t, reg, "pep_dns_upstream_errors_total", map[string]string{"reason": reason}); got != n {
 			t.Errorf(`pep_dns_upstream_errors_total{reason=%q} = %v, want %v`, reason, got, n)
 		}
+	}
+}
+
+// TestWildcardSource checks that a proxy on a socket bound to the
+// unspecified address (pepd's default ":5353") answers from the address
+// the query was sent to: the client's connected socket takes nothing
+// else. 127.0.0.2 is not the source the kernel would pick for a reply on
+// lo (127.0.0.1). The dual-stack socket gets the IPv4 query v4-mapped.
+func TestWildcardSource(t *testing.T) {
+	up := startDnsmasq(t, dnsmasqZone())
+	for _, listen := range []string{"0.0.0.0:0", "[::]:0"} {
+		t.Run(listen, func(t *testing.T) {
+			o := defaultOptions(up)
+			o.Guard = guard.New(guard.Options{Subscribers: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+			o.Logger = testLogger(t)
+			p, err := New(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc, err := net.ListenPacket("udp", listen)
+			if err != nil {
+				t.Skipf("no socket on %s: %v", listen, err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- p.Serve(pc, nil) }()
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := p.Shutdown(ctx); err != nil {
+					t.Errorf("shutdown: %v", err)
+				}
+				<-done
+			})
+			port := pc.LocalAddr().(*net.UDPAddr).Port
+			for _, to := range []string{"127.0.0.1", "127.0.0.2"} {
+				q := query("www.other.net.", dns.TypeA, true, false)
+				m := unpack(t, rawExchange(t, net.JoinHostPort(to, strconv.Itoa(port)), pack(t, q), false, nil))
+				if got, want := rrStrings(m.Answer), []string{"www.other.net. 10 IN A 198.19.0.30"}; m.Id != q.Id || !slices.Equal(got, want) {
+					t.Errorf("to %s: id %#x answer %q, want id %#x and %q", to, m.Id, got, q.Id, want)
+				}
+			}
+		})
+	}
+}
+
+// TestMaxInflight checks the bound on queries waiting upstream: with
+// max_inflight 1 and a resolver that never answers, the first query holds
+// the only slot for its two attempts (2 x 200ms) while the second gives
+// up after one timeout (200ms) without reaching the resolver; both get
+// SERVFAIL.
+func TestMaxInflight(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	var seen atomic.Int32
+	arrived := make(chan struct{}, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			seen.Add(1)
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	o := defaultOptions(pc.LocalAddr().String())
+	o.Timeout, o.Attempts, o.MaxInflight = 200*time.Millisecond, 2, 1
+	_, addr, reg := startProxy(t, o)
+	first := make(chan *dns.Msg)
+	go func() {
+		first <- unpack(t, rawExchange(t, addr, pack(t, query("www.foo.com.", dns.TypeA, true, false)), false, nil))
+	}()
+	<-arrived // the first query holds the slot
+	second := unpack(t, rawExchange(t, addr, pack(t, query("www.other.net.", dns.TypeA, true, false)), false, nil))
+	if m := <-first; m.Rcode != dns.RcodeServerFailure || second.Rcode != dns.RcodeServerFailure {
+		t.Errorf("rcodes %s and %s, want SERVFAIL twice", dns.RcodeToString[m.Rcode], dns.RcodeToString[second.Rcode])
+	}
+	if n := seen.Load(); n != 2 {
+		t.Errorf("resolver saw %d queries, want 2 (the first query's two attempts)", n)
+	}
+	if got := counterValue(t, reg, "pep_dns_upstream_errors_total", map[string]string{"reason": "busy"}); got != 1 {
+		t.Errorf(`pep_dns_upstream_errors_total{reason="busy"} = %v, want 1`, got)
 	}
 }
