@@ -13,10 +13,10 @@
 CORPUS        ?= default
 PROFILE       ?= paper-average,paper-congested
 MODES         ?= direct,off,dns,url
-RUNS          ?= 2
+RUNS          ?= 3
 PAGES         ?=
 OUT           ?= testbed-out
-TESTBED_FLAGS ?= -parallel 2
+TESTBED_FLAGS ?= -parallel 6
 
 .PHONY: testbed testbed-report testbed-smoke testbed-clean
 

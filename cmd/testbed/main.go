@@ -69,7 +69,7 @@ func cmdRun(args []string) error {
 	fs.IntVar(&c.Runs, "runs", c.Runs, "runs per mode (each a fresh browser and, unless -warm, a cold Squid)")
 	fs.StringVar(&c.Pages, "pages", "", `pages: "" (all), N (the first N) or a comma-separated list of names`)
 	fs.StringVar(&c.Out, "out", c.Out, "output folder")
-	fs.BoolVar(&c.Warm, "warm", false, "keep Squid's cache between runs")
+	fs.BoolVar(&c.Warm, "warm", false, "fill Squid's cache before every session (a discarded pass over the pages)")
 	resolver := fs.String("resolver", string(c.Resolver), "Chromium's resolver: builtin (AsyncDns) or system (getaddrinfo)")
 	fs.BoolVar(&c.HTTPSRR, "https-rr", false, "let Chromium ask for HTTPS records (type 65) beside A records")
 	fs.BoolVar(&c.Unpartitioned, "unpartitioned", false, "turn off Chromium's partitioning of connections and host cache by top-level site")
@@ -79,7 +79,7 @@ func cmdRun(args []string) error {
 	fs.StringVar(&c.Backend, "backend", c.Backend, "link emulator: auto, tc or userspace")
 	fs.StringVar(&c.Bin, "bin", "", "folder with pepd and pepctl (default: this program's folder)")
 	fs.StringVar(&c.Chromium, "chromium", "chromium", "Chromium binary")
-	fs.IntVar(&c.Parallel, "parallel", 1, "profiles run at once, each in its own testbed")
+	fs.IntVar(&c.Parallel, "parallel", 1, "testbeds at once, one per (profile, run)")
 	quiet := fs.Bool("q", false, "no progress bar and no report on stdout")
 	fs.Parse(args)
 	if fs.NArg() > 0 {

@@ -17,7 +17,7 @@ func Markdown(r *Results, plots map[string][]string) []byte {
 	c := r.Config
 	b.WriteString("# pep testbed report\n\n")
 	fmt.Fprintf(&b, "- corpus: `%s`, %d pages: %s\n", c.Corpus, len(c.Pages), strings.Join(c.Pages, ", "))
-	fmt.Fprintf(&b, "- modes: %s; runs: %d; Squid cache: %s\n", strings.Join(c.Modes, ", "), c.Runs, c.SquidCache)
+	fmt.Fprintf(&b, "- modes: %s; runs: %d (testbeds at once: %d); Squid cache: %s\n", strings.Join(c.Modes, ", "), c.Runs, max(c.Parallel, 1), c.SquidCache)
 	part := "partitioned by top-level site (Chromium's default)"
 	if c.Unpartitioned {
 		part = "not partitioned (PartitionConnectionsByNetworkIsolationKey and SplitHostCacheByNetworkAnonymizationKey off)"

@@ -107,6 +107,7 @@ type RunConfig struct {
 	Command         string    `json:"command"`
 	SquidCache      string    `json:"squid_cache"` // what "cold" means: how the cache was emptied
 	PageTimeout     string    `json:"page_timeout"`
+	Parallel        int       `json:"parallel"` // testbeds run at once, one per (profile, run)
 }
 
 // Results is the content of results.json.

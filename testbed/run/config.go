@@ -33,8 +33,10 @@ type Config struct {
 	Runs int
 	// Out is the output folder: results.json, report.md, plots, logs.
 	Out string
-	// Warm keeps Squid's cache from one run to the next; without it Squid
-	// starts with an empty cache before every (mode, run) session.
+	// Warm fills Squid's cache before every session: Squid restarts
+	// empty, then a browser whose figures are dropped loads every page in
+	// the session's mode. Without it the cache is empty at the start of
+	// every (mode, run) session.
 	Warm bool
 	// Resolver is Chromium's resolver (browser.Resolver).
 	Resolver browser.Resolver
@@ -57,9 +59,10 @@ type Config struct {
 	Bin string
 	// Chromium is the browser binary; "" means "chromium".
 	Chromium string
-	// Parallel is how many profiles run at once, each in its own
-	// testbed (>= 1). More than 1 shortens a run on a link-bound profile
-	// at the price of CPU contention between the browsers.
+	// Parallel is how many testbeds run at once (>= 1). Each (profile,
+	// run) pair gets a testbed of its own, which runs the run's sessions of
+	// every mode in turn. More than 1 shortens an experiment on link-bound
+	// profiles, at the price of CPU contention between the browsers.
 	Parallel int
 	// Command is the command line, recorded in results.json.
 	Command string

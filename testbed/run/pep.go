@@ -205,14 +205,10 @@ func (b *Bed) SetMode(ctx context.Context, m string) error {
 	return nil
 }
 
-// ColdCache empties Squid's cache (a restart on a fresh cache folder);
-// with a warm run, it only makes sure Squid runs.
+// ColdCache empties Squid's cache: a restart on a fresh cache folder.
 func (b *Bed) ColdCache(ctx context.Context) error {
 	if b.squid == nil {
 		return nil
 	}
-	if b.squid.warm && b.squid.proc != nil {
-		return nil
-	}
-	return b.squid.start(ctx, !b.squid.warm)
+	return b.squid.start(ctx, true)
 }

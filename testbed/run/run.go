@@ -80,9 +80,10 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		Backend: c.Backend, VIP: "192.0.2.12", Origins: plan.Prefix.String(), Started: time.Now(),
 		Command: c.Command, PageTimeout: c.PageTimeout.String(),
 		SquidCache: "cold: Squid restarted on an empty cache folder before every (mode, run) session",
+		Parallel:   c.Parallel,
 	}}
 	if c.Warm {
-		res.Config.SquidCache = "warm: one Squid for all sessions of a profile, cache kept"
+		res.Config.SquidCache = "warm: Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session"
 	}
 	for _, p := range corp.Pages {
 		res.Config.Pages = append(res.Config.Pages, p.Name)
@@ -123,23 +124,36 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		bar.Add(1)
 	}
 
+	// One testbed per (profile, run): units run c.Parallel at a time.
+	type unit struct {
+		prof netem.Profile
+		run  int
+	}
+	var units []unit
+	for run := 1; run <= c.Runs; run++ {
+		for _, p := range profs {
+			units = append(units, unit{p, run})
+		}
+	}
 	sem := make(chan struct{}, c.Parallel)
 	var wg sync.WaitGroup
-	errs := make([]error, len(profs))
+	errs := make([]error, len(units))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for i, prof := range profs {
+	for i, u := range units {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				errs[i] = ctx.Err()
 				return
 			}
 			defer func() { <-sem }()
-			errs[i] = runProfile(ctx, c, prof, wired, corp, plan, log, save, step)
+			if ctx.Err() != nil {
+				return
+			}
+			errs[i] = runUnit(ctx, c, u.prof, u.run, wired, corp, plan, log, save, step)
 			if errs[i] != nil {
 				cancel() // one broken testbed ends the experiment
 			}
@@ -158,37 +172,39 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 	if err := res.Write(filepath.Join(c.Out, "results.json")); err != nil {
 		return res, err
 	}
-	return res, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	return res, ctx.Err()
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// runProfile builds one testbed for prof and runs every session on it.
-func runProfile(ctx context.Context, c Config, prof netem.Profile, wired *netem.Profile, corp *corpus.Corpus, plan *corpus.Plan,
+// runUnit builds one testbed for prof and runs every mode's session of
+// one run on it, in the order of c.Modes.
+func runUnit(ctx context.Context, c Config, prof netem.Profile, run int, wired *netem.Profile, corp *corpus.Corpus, plan *corpus.Plan,
 	log *slog.Logger, save func(recs []report.Record, backend, ua string) error, step func(string)) error {
-	logs := filepath.Join(c.Out, "logs", prof.Name)
+	logs := filepath.Join(c.Out, "logs", prof.Name, fmt.Sprintf("run%d", run))
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
 	needPEP := slices.ContainsFunc(c.Modes, NeedsPEP)
-	bed, err := NewBed(ctx, c, BedOptions{Profile: prof, Wired: wired, Corpus: corp, Plan: plan, NeedPEP: needPEP, Logs: logs}, log)
+	bed, err := NewBed(ctx, c, BedOptions{Profile: prof, Wired: wired, Corpus: corp, Plan: plan, NeedPEP: needPEP, Logs: logs},
+		log.With("run", run))
 	if err != nil {
 		return err
 	}
 	defer bed.Close()
-
-	for run := 1; run <= c.Runs; run++ {
-		for _, m := range c.Modes {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			recs, ua, err := session(ctx, c, bed, m, run, corp, step)
-			if serr := save(recs, bed.Link.Backend().String(), ua); serr != nil && err == nil {
-				err = serr
-			}
-			if err != nil {
-				return fmt.Errorf("run: %s, %s, run %d: %w", prof.Name, m, run, err)
-			}
+	for _, m := range c.Modes {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		recs, ua, err := session(ctx, c, bed, m, run, corp, step)
+		if serr := save(recs, bed.Link.Backend().String(), ua); serr != nil && err == nil {
+			err = serr
+		}
+		if err != nil {
+			return fmt.Errorf("run: %s, %s, run %d: %w", prof.Name, m, run, err)
 		}
 	}
 	return nil
@@ -199,16 +215,22 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 	if err := bed.SetMode(ctx, m); err != nil {
 		return nil, "", err
 	}
+	bopts := browser.Options{
+		NS: bed.Topo.Config.MNNS(), ExecPath: c.Chromium, Resolver: c.Resolver,
+		PageTimeout: c.PageTimeout, Settle: c.Settle, IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned,
+		DisableFeatures: c.DisableFeatures, ProfileDir: bed.work, Log: bed.log.With("mode", m, "run", run),
+	}
 	if NeedsPEP(m) {
 		if err := bed.ColdCache(ctx); err != nil {
 			return nil, "", err
 		}
+		if c.Warm {
+			if err := warmUp(ctx, bopts, corp); err != nil {
+				return nil, "", err
+			}
+		}
 	}
-	s, err := browser.NewSession(ctx, browser.Options{
-		NS: bed.Topo.Config.MNNS(), ExecPath: c.Chromium, Resolver: c.Resolver,
-		PageTimeout: c.PageTimeout, Settle: c.Settle, IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned,
-		DisableFeatures: c.DisableFeatures, ProfileDir: bed.work, Log: bed.log.With("mode", m, "run", run),
-	})
+	s, err := browser.NewSession(ctx, bopts)
 	if err != nil {
 		return nil, "", err
 	}
@@ -250,6 +272,23 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 		recs = append(recs, r)
 	}
 	return recs, s.UserAgent(), nil
+}
+
+// warmUp loads every page once in a browser of its own, whose figures are
+// dropped, so that Squid's cache holds the pages when the measured session
+// starts.
+func warmUp(ctx context.Context, o browser.Options, corp *corpus.Corpus) error {
+	s, err := browser.NewSession(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for _, pg := range corp.Pages {
+		if _, err := s.Load(ctx, pg.URL); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sortRecords orders records by profile (in the order of profiles), run,

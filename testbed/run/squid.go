@@ -31,7 +31,6 @@ type squid struct {
 	dir  string // b.work/squid: conf, cache, pid
 	conf string
 	proc *topo.Proc
-	warm bool
 	runs int
 }
 
@@ -60,7 +59,7 @@ func findTemplate() (string, error) {
 	return "", fmt.Errorf("run: %s not found from %q or the executable's folder up", SquidTemplate, wd)
 }
 
-func newSquid(b *Bed, warm bool) (*squid, error) {
+func newSquid(b *Bed) (*squid, error) {
 	if _, err := exec.LookPath("squid"); err != nil {
 		return nil, fmt.Errorf("run: squid: %w (apt-get install -y squid)", err)
 	}
@@ -72,7 +71,7 @@ func newSquid(b *Bed, warm bool) (*squid, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
-	s := &squid{b: b, dir: filepath.Join(b.work, "squid"), warm: warm}
+	s := &squid{b: b, dir: filepath.Join(b.work, "squid")}
 	for _, d := range []string{s.dir, filepath.Join(s.dir, "logs")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("run: %w", err)
@@ -100,7 +99,7 @@ func newSquid(b *Bed, warm bool) (*squid, error) {
 	if err := chownProxy(c.LogDir); err != nil {
 		return nil, err
 	}
-	b.log.Info("squid configured", "template", tmplPath, "conf", s.conf, "warm", warm)
+	b.log.Info("squid configured", "template", tmplPath, "conf", s.conf)
 	return s, nil
 }
 
