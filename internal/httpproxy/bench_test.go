@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"cmp"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,50 @@ func procCPU(t testing.TB, pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// startForwarder starts a byte forwarder to upstream on a loopback port:
+// per connection, two goroutines copying with read(2)/write(2) through a
+// 64 KiB buffer, no parsing. It is the floor of any user-space proxy in
+// front of Squid (the same system calls as the relay, nothing else).
+func startForwarder(b *testing.B, upstream string) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	pump := func(dst, src net.Conn) {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		dst.Close()
+		src.Close()
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go pump(u, c)
+			go pump(c, u)
+		}
+	}()
+	return l.Addr().String()
 }
 
 var wrkRequestsRE = regexp.MustCompile(`(\d+) requests in`)
@@ -61,9 +106,11 @@ func runWrk(b *testing.B, target, path, host string, d time.Duration, conns int)
 // generator (apt-get install -y wrk). Squid gets a second, plain
 // forward-proxy port for the "Squid alone" phases; pepd (in this process)
 // sends to Squid's PROXY protocol port. The object is a 10 KB image held
-// in Squid's memory cache. Each round runs three phases: Squid alone,
-// pepd's relay, pepd on the standard library only (the path the relay
-// hands unusual requests to); a round's ratio is (Squid + pepd CPU per
+// in Squid's memory cache. Each round runs four phases: Squid alone,
+// pepd's relay, a plain byte forwarder in front of Squid's plain port
+// (startForwarder: the floor of any user-space proxy, for comparison),
+// pepd on the standard library only (the path the relay hands unusual
+// requests to); a round's ratio is (Squid + pepd CPU per
 // request in a pepd phase) / (Squid's CPU per request alone in the same
 // round). The median round is reported, with the spread in the log. Run:
 //
@@ -102,6 +149,7 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			opts := pepdOpts{squid: sq.Addr, proxyProtocol: pp, resolver: ns.Addr, mode: mode.URL,
 				subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{port}}
 			relay := startPepd(b, opts)
+			fwd := startForwarder(b, plain)
 			opts.stdlib = true
 			std := startPepd(b, opts)
 			abs := "http://img.cdn.test:" + o.Port + "/logo.png"
@@ -126,7 +174,7 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			}
 			us := func(t time.Duration, n int) float64 { return float64(t) / float64(n) / 1e3 }
 			type result struct{ alone, squid, pep, ratio, rate float64 }
-			var relayRes, stdRes []result
+			var relayRes, stdRes, fwdRes []result
 			measure := func(alone phase, ph phase) result {
 				a := us(alone.squid, alone.n)
 				sqd, pep := us(ph.squid, ph.n), us(ph.pep, ph.n)
@@ -136,6 +184,7 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			for range rounds {
 				alone := run(plain, abs, "")
 				relayRes = append(relayRes, measure(alone, run(relay.Addr, vipPath, testVIP.String())))
+				fwdRes = append(fwdRes, measure(alone, run(fwd, abs, "")))
 				if withStd {
 					stdRes = append(stdRes, measure(alone, run(std.Addr, vipPath, testVIP.String())))
 				}
@@ -156,7 +205,8 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			}
 			report("relay", relayRes)
 			report("stdlib", stdRes)
-			b.Logf("%s upstream connections opened: relay %v, stdlib %v", name, testutilValue(relay.M.upstreamConns), testutilValue(std.M.upstreamConns))
+			report("forwarder", fwdRes)
+			b.Logf("%s upstream connections the relay opened: %v (8 per wrk run)", name, testutilValue(relay.M.upstreamConns))
 		})
 	}
 }

@@ -51,20 +51,26 @@ var upstreamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil
 
 // relayConn is one subscriber connection served by the relay.
 type relayConn struct {
-	s     *Server
-	p     *Proxy
-	c     *conn
-	br    *bufio.Reader // from the subscriber
-	src   netip.AddrPort
-	up    *countConn    // pinned upstream connection to Squid, nil until needed
-	ubr   *bufio.Reader // from up, from upstreamReaders while a response is read
-	upOld bool          // up has carried a response (a failure may be a stale keep-alive)
-	out   []byte        // heads and body pieces being written
-	hbuf  []byte        // the response head
-	body  bodyReader
-	req   http.Request // for decide and the rewriter (Method, URL, Host, ...)
-	head  reqHead
-	resp  respHead
+	s      *Server
+	p      *Proxy
+	c      *conn
+	br     *bufio.Reader // from the subscriber
+	src    netip.AddrPort
+	up     *countConn    // pinned upstream connection to Squid, nil until needed
+	ubr    *bufio.Reader // from up, from upstreamReaders while a response is read
+	upOld  bool          // up has carried a response (a failure may be a stale keep-alive)
+	out    []byte        // heads and body pieces being written
+	hbuf   []byte        // the response head
+	dl     int           // kind of read deadline armed on c
+	dlAt   time.Time     // when it was armed
+	upDl   int           // kind of read deadline armed on up
+	upDlAt time.Time     // when it was armed
+	body   bodyReader
+	hdr    http.Header   // the headers adjustResponse sees (rewriteHeaders)
+	r      http.Response // the response adjustResponse sees
+	req    http.Request  // for decide and the rewriter (Method, URL, Host, ...)
+	head   reqHead
+	resp   respHead
 }
 
 // serveRelay serves c until it closes, times out, or is handed over.
@@ -84,6 +90,7 @@ func (s *Server) serveRelay(c *conn) {
 			c.Close()
 		}
 	}()
+	rc.setDeadline(dlHeader, s.lim.ReadHeaderTimeout) // the first request, from the connection's start
 	for first := true; ; first = false {
 		if !first {
 			c.active.Store(false)
@@ -93,14 +100,15 @@ func (s *Server) serveRelay(c *conn) {
 			c.idle.Store(true)
 			if rc.br.Buffered() == 0 {
 				c.waiting.Store(true)
-				c.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
+				rc.setDeadline(dlIdle, s.lim.IdleTimeout)
 				if _, err := rc.br.Peek(1); err != nil {
 					return
 				}
 			}
 		}
-		c.SetReadDeadline(time.Now().Add(s.lim.ReadHeaderTimeout))
-		raw, err := readHead(rc.br)
+		// The read header timeout runs from the first byte of the request
+		// on: it is armed only if the head is not there with it.
+		raw, err := readHead(rc.br, func() { rc.setDeadline(dlHeader, s.lim.ReadHeaderTimeout) })
 		if err != nil {
 			return // timeout (counted by conn), EOF or reset: closed without an answer, as net/http does
 		}
@@ -114,7 +122,6 @@ func (s *Server) serveRelay(c *conn) {
 			return
 		}
 		c.active.Store(true)
-		c.SetReadDeadline(time.Time{})
 		if !rc.forward(raw, d.ri) {
 			return
 		}
@@ -124,10 +131,51 @@ func (s *Server) serveRelay(c *conn) {
 	}
 }
 
+// Read deadlines of a connection. Setting one costs a runtime timer
+// update, so an armed deadline of the same kind is kept while it is
+// younger than its timeout/64: the idle and upstream timeouts then act
+// within 1/64 of their value (about 1.9 s of the default 120 s idle
+// timeout). The read header timeout is armed afresh each time.
+const (
+	dlNone = iota
+	dlIdle
+	dlHeader
+	dlUpstream
+)
+
+// setDeadline arms the subscriber connection's read deadline.
+func (rc *relayConn) setDeadline(kind int, d time.Duration) {
+	now := time.Now()
+	if kind == rc.dl && kind != dlHeader && now.Sub(rc.dlAt) < d/64 {
+		return
+	}
+	rc.c.SetReadDeadline(now.Add(d))
+	rc.dl, rc.dlAt = kind, now
+}
+
+// setUpDeadline arms (kind dlUpstream) or clears (dlNone) the upstream
+// connection's read deadline.
+func (rc *relayConn) setUpDeadline(kind int) {
+	if kind == dlNone {
+		if rc.upDl != dlNone {
+			rc.up.SetReadDeadline(time.Time{})
+			rc.upDl = dlNone
+		}
+		return
+	}
+	now := time.Now()
+	if rc.upDl == kind && now.Sub(rc.upDlAt) < rc.p.upTimeout/64 {
+		return
+	}
+	rc.up.SetReadDeadline(now.Add(rc.p.upTimeout))
+	rc.upDl, rc.upDlAt = kind, now
+}
+
 // readHead returns the request or response head at the start of br's
 // buffer, up to and including the empty line, without consuming it; nil
-// and no error if it does not fit in the buffer.
-func readHead(br *bufio.Reader) ([]byte, error) {
+// and no error if it does not fit in the buffer. beforeRead, if not nil,
+// is called once before br has to read from its connection.
+func readHead(br *bufio.Reader, beforeRead func()) ([]byte, error) {
 	from := 0
 	for {
 		buf, _ := br.Peek(br.Buffered())
@@ -138,6 +186,10 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 			return nil, nil
 		}
 		from = max(0, len(buf)-3)
+		if beforeRead != nil {
+			beforeRead()
+			beforeRead = nil
+		}
 		if _, err := br.Peek(len(buf) + 1); err != nil {
 			if errors.Is(err, bufio.ErrBufferFull) {
 				return nil, nil
@@ -275,7 +327,7 @@ func (rc *relayConn) roundTrip(out []byte) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			rc.up, rc.upOld = c, false
+			rc.up, rc.upOld, rc.upDl = c, false, dlNone
 		}
 		if rc.ubr == nil {
 			rc.ubr = upstreamReaders.Get().(*bufio.Reader)
@@ -284,9 +336,9 @@ func (rc *relayConn) roundTrip(out []byte) ([]byte, error) {
 		_, err := rc.up.Write(out)
 		var head []byte
 		if err == nil {
-			rc.up.SetReadDeadline(time.Now().Add(rc.p.upTimeout))
+			rc.setUpDeadline(dlUpstream)
 			for {
-				head, err = readHead(rc.ubr)
+				head, err = readHead(rc.ubr, nil)
 				if err != nil || head == nil || !informational(head) {
 					break
 				}
@@ -353,13 +405,18 @@ func (rc *relayConn) relayResponse(raw []byte, ri *reqInfo) bool {
 	*body = bodyReader{r: rc.ubr, cl: h.cl, chunked: h.chunked, noBody: noBody}
 	var hdr http.Header
 	if ri.mode == mode.URL || ri.kind == kindVIPPath && (h.has&(bitLocation|bitSetCookie) != 0) {
-		hdr = make(http.Header, 4)
+		if rc.hdr == nil {
+			rc.hdr = make(http.Header, 4)
+		}
+		hdr = rc.hdr
+		clear(hdr)
 		for _, l := range h.lines {
 			if l.managed != "" {
 				hdr[l.managed] = append(hdr[l.managed], string(hb[l.vfrom:l.to]))
 			}
 		}
-		resp := &http.Response{Status: string(hb[9:h.statusEnd]), StatusCode: h.status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		resp := &rc.r
+		*resp = http.Response{Status: string(hb[9:h.statusEnd]), StatusCode: h.status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 			Header: hdr, Request: &rc.req, ContentLength: h.cl, Body: body}
 		if noBody {
 			resp.Body = http.NoBody
@@ -429,13 +486,9 @@ func (rc *relayConn) relayRaw(hdr http.Header, body *bodyReader, closeClient boo
 // writing out to the subscriber whenever it grows past flushBytes. The
 // returned slice holds what is left to write.
 func (rc *relayConn) copyBody(out []byte, n int64) ([]byte, error) {
-	cleared := false
 	for n != 0 {
 		if rc.ubr.Buffered() == 0 {
-			if !cleared {
-				rc.up.SetReadDeadline(time.Time{})
-				cleared = true
-			}
+			rc.setUpDeadline(dlNone) // Squid's body takes the origin's time
 			if _, err := rc.ubr.Peek(1); err != nil {
 				if n < 0 && err == io.EOF {
 					return out, nil
@@ -473,11 +526,9 @@ func (rc *relayConn) copyBody(out []byte, n int64) ([]byte, error) {
 // came, from rc.ubr to out (RFC 9112 section 7.1), writing out to the
 // subscriber whenever it grows past flushBytes.
 func (rc *relayConn) copyChunked(out []byte) ([]byte, error) {
-	cleared := false
 	readLine := func() ([]byte, error) {
-		if !cleared && rc.ubr.Buffered() == 0 {
-			rc.up.SetReadDeadline(time.Time{})
-			cleared = true
+		if rc.ubr.Buffered() == 0 {
+			rc.setUpDeadline(dlNone)
 		}
 		line, err := rc.ubr.ReadSlice('\n')
 		if err != nil {
@@ -581,7 +632,7 @@ func (rc *relayConn) sendReframed(resp *http.Response, body *bodyReader, closeCl
 // and sendResponse sends it on, after adjustResponse. The upstream
 // connection is closed after it.
 func (rc *relayConn) relayParsed(ri *reqInfo) bool {
-	rc.up.SetReadDeadline(time.Time{})
+	rc.setUpDeadline(dlNone)
 	resp, err := http.ReadResponse(rc.ubr, &rc.req)
 	if err != nil {
 		rc.closeUpstream()
