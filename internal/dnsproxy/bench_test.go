@@ -114,15 +114,19 @@ func BenchmarkDNSPerf(b *testing.B) {
 	const d = 8 * time.Second
 	for _, rate := range []int{0, 10000} {
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
-			var alone, proxy, fwd, qAlone, qProxy, qFwd, rProxy, rFwd []float64
+			var alone, proxy, fwd, qAlone, qProxy, qFwd, rProxy, rFwd, switches []float64
 			for r := range rounds {
 				c0 := procCPU(b, pid)
 				n0, qps0 := dnsperf(b, dm.Addr, file, d, rate)
 				dmAlone := procCPU(b, pid) - c0
 
 				c0, s0 := procCPU(b, pid), selfCPU()
+				var ru0, ru1 syscall.Rusage
+				syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 				n1, qps1 := dnsperf(b, addr, file, d, rate)
+				syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 				dmBehind, pc := procCPU(b, pid)-c0, selfCPU()-s0
+				cs := float64(ru1.Nvcsw-ru0.Nvcsw) / float64(n1)
 
 				c0, f0 := procCPU(b, pid), procCPU(b, fwPid)
 				n2, qps2 := dnsperf(b, fw.Addr, file, d, rate)
@@ -131,9 +135,9 @@ func BenchmarkDNSPerf(b *testing.B) {
 				a, p, f := perQuery(dmAlone, n0), perQuery(pc, n1), perQuery(fc, n2)
 				alone, proxy, fwd = append(alone, a), append(proxy, p), append(fwd, f)
 				qAlone, qProxy, qFwd = append(qAlone, qps0), append(qProxy, qps1), append(qFwd, qps2)
-				rProxy, rFwd = append(rProxy, p/a), append(rFwd, p/f)
-				b.Logf("round %d: dnsmasq alone %.0f q/s %.1f µs/q | proxy %.0f q/s %.1f µs/q (dnsmasq behind %.1f) | dnsmasq forwarder %.0f q/s %.1f µs/q (dnsmasq behind %.1f) | proxy/alone %.2fx proxy/forwarder %.2fx",
-					r+1, qps0, a, qps1, p, perQuery(dmBehind, n1), qps2, f, perQuery(dmBehindFw, n2), p/a, p/f)
+				rProxy, rFwd, switches = append(rProxy, p/a), append(rFwd, p/f), append(switches, cs)
+				b.Logf("round %d: dnsmasq alone %.0f q/s %.1f µs/q | proxy %.0f q/s %.1f µs/q (dnsmasq behind %.1f, %.2f voluntary context switches/q) | dnsmasq forwarder %.0f q/s %.1f µs/q (dnsmasq behind %.1f) | proxy/alone %.2fx proxy/forwarder %.2fx",
+					r+1, qps0, a, qps1, p, perQuery(dmBehind, n1), cs, qps2, f, perQuery(dmBehindFw, n2), p/a, p/f)
 			}
 			b.ReportMetric(median(qAlone), "dnsmasq-q/s")
 			b.ReportMetric(median(qProxy), "proxy-q/s")
@@ -143,6 +147,7 @@ func BenchmarkDNSPerf(b *testing.B) {
 			b.ReportMetric(median(fwd), "forwarder-µs/q")
 			b.ReportMetric(median(rProxy), "proxy/dnsmasq")
 			b.ReportMetric(median(rFwd), "proxy/forwarder")
+			b.ReportMetric(median(switches), "proxy-cs/q")
 			b.Logf("medians (min-max) over %d rounds: dnsmasq alone %s µs/q, proxy %s µs/q, forwarder %s µs/q; proxy/alone %s x, proxy/forwarder %s x",
 				rounds, spread(alone), spread(proxy), spread(fwd), spread(rProxy), spread(rFwd))
 		})
