@@ -43,7 +43,7 @@ func startTC(ctx context.Context, spec LinkSpec, p Profile, log *slog.Logger) (*
 	for i, ifname := range []string{spec.IfA, spec.IfB} {
 		f, err := openPacket(spec.Namespace, ifname)
 		if err != nil {
-			return nil, errors.Join(err, t.teardown(ctx))
+			return nil, errors.Join(err, t.close())
 		}
 		t.taps[i] = f
 		t.wg.Add(1)

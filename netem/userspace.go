@@ -211,13 +211,31 @@ func (pu *pump) readLoop() {
 	}
 	originWall := pu.origin.UnixNano()
 	var last time.Duration
+	// recvmsg(2) by hand: no source address to decode, nothing allocated
+	// per packet.
+	var iov unix.Iovec
+	iov.Base = &buf[0]
+	iov.SetLen(len(buf))
+	var msg unix.Msghdr
+	msg.Iov = &iov
+	msg.SetIovlen(1)
+	msg.Control = &oob[0]
+	var n, oobn int
+	var rerr error
+	recv := func(fd uintptr) bool {
+		msg.SetControllen(len(oob))
+		r, _, e := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&msg)), 0)
+		if e == unix.EAGAIN {
+			return false
+		}
+		n, oobn, rerr = int(r), int(msg.Controllen), nil
+		if e != 0 {
+			rerr = e
+		}
+		return true
+	}
 	for {
-		var n, oobn int
-		var rerr error
-		err := rc.Read(func(fd uintptr) bool {
-			n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, 0)
-			return rerr != unix.EAGAIN
-		})
+		err := rc.Read(recv)
 		if err == nil {
 			err = rerr
 		}
@@ -329,11 +347,23 @@ func (pu *pump) write(frame []byte) {
 	}
 }
 
-// writeLoop sends each packet when its time comes. Timers are late by up to
-// the runtime's timer resolution, never early; the schedule itself does not
-// drift, because departure times come from the Scheduler, not from when the
-// loop woke up.
+// writeLoop sends each packet when its time comes. Packets are never sent
+// early, and a late wake-up never lowers the rate: departure times come from
+// the Scheduler, not from when the loop woke.
+//
+// Two ways to wait: with few packets in flight (handshakes, DNS, probes:
+// where lateness shows as RTT) it sleeps with nanosleep(2), whose
+// high-resolution timer wakes it within tens of microseconds; with more than
+// preciseMax in flight (a bulk transfer) it uses a Go timer, which wakes up
+// to a millisecond late but sends everything due at once, for a fraction of
+// the CPU. A new packet never needs an earlier wake-up than the one ahead of
+// it (departures are in order); sleeps are cut into slices of at most
+// maxSleep to notice Close.
 func (pu *pump) writeLoop() {
+	const (
+		maxSleep   = 20 * time.Millisecond
+		preciseMax = 4
+	)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	var batch []pending
@@ -351,12 +381,24 @@ func (pu *pump) writeLoop() {
 		}
 		now := time.Since(pu.origin)
 		if wait := pu.fifo[pu.fifoHead].at - now; wait > 0 {
+			inFlight := len(pu.fifo) - pu.fifoHead
 			pu.mu.Unlock()
-			timer.Reset(wait)
+			if inFlight > preciseMax {
+				timer.Reset(wait)
+				select {
+				case <-timer.C:
+				case <-pu.done:
+					return
+				}
+				continue
+			}
 			select {
-			case <-timer.C:
 			case <-pu.done:
 				return
+			default:
+			}
+			ts := unix.NsecToTimespec(int64(min(wait, maxSleep)))
+			for unix.Nanosleep(&ts, &ts) == unix.EINTR {
 			}
 			continue
 		}
