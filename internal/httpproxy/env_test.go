@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -297,6 +298,7 @@ type pepdOpts struct {
 	limits        Limits
 	listener      func(net.Listener) net.Listener // wraps the loopback listener (fake interception)
 	stdlib        bool                            // serve with net/http only, no relay
+	upTimeout     time.Duration                   // Options.UpstreamTimeout; zero: 10s
 }
 
 var testVIP = netip.MustParseAddr("192.0.2.12")
@@ -325,7 +327,7 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 	sw := mode.NewSwitch(o.mode)
 	p, err := New(Options{
 		VIP: testVIP, Squid: o.squid, SquidProxyProtocol: o.proxyProtocol, Mode: sw, Log: log, Metrics: m,
-		UpstreamTimeout: 10 * time.Second,
+		UpstreamTimeout: cmp.Or(o.upTimeout, 10*time.Second),
 		Settings: Settings{
 			Policy:       guard.New(guard.Options{Subscribers: subs, AllowedPorts: o.ports, Allow: allow, Self: []netip.Addr{testVIP}}),
 			Resolver:     &Resolver{Servers: []string{o.resolver}, Timeout: time.Second},

@@ -195,6 +195,9 @@ func parseResponseHead(head []byte, h *respHead) bool {
 	if h.status < 200 || h.status > 599 {
 		return false
 	}
+	if bytes.IndexByte(head[:eol], '\n') >= 0 || bytes.IndexByte(head[:eol], '\r') >= 0 {
+		return false
+	}
 	h.statusEnd = eol
 	var lower [32]byte
 	for pos := eol + 2; ; {
@@ -206,6 +209,9 @@ func parseResponseHead(head []byte, h *respHead) bool {
 		pos += i + 2
 		if l.to == l.from {
 			break
+		}
+		if bytes.IndexByte(head[l.from:l.to], '\n') >= 0 || bytes.IndexByte(head[l.from:l.to], '\r') >= 0 {
+			return false
 		}
 		colon := bytes.IndexByte(head[l.from:l.to], ':')
 		if colon <= 0 {
@@ -226,6 +232,11 @@ func parseResponseHead(head []byte, h *respHead) bool {
 			l.to--
 		}
 		value := head[l.vfrom:l.to]
+		for _, c := range value {
+			if c < ' ' && c != '\t' || c == 0x7f {
+				return false
+			}
+		}
 		switch {
 		case eqFold(name, "content-length"):
 			n, ok := parseContentLength(value)

@@ -397,14 +397,16 @@ func (rc *relayConn) relayResponse(raw []byte, ri *reqInfo) bool {
 	rc.ubr.Discard(len(raw))
 	hb := rc.hbuf
 	noBody := rc.head.method == http.MethodHead || h.status == http.StatusNoContent || h.status == http.StatusNotModified
-	if !noBody && h.cl < 0 && !h.chunked {
-		h.closeUp = true // delimited by the end of the connection
+	untilClose := !noBody && h.cl < 0 && !h.chunked
+	if untilClose {
+		h.closeUp = true // delimited by the end of the connection: sent on chunked
 	}
 	closeClient := rc.head.close || rc.s.closing()
 	body := &rc.body
 	*body = bodyReader{r: rc.ubr, cl: h.cl, chunked: h.chunked, noBody: noBody}
 	var hdr http.Header
-	if ri.mode == mode.URL || ri.kind == kindVIPPath && (h.has&(bitLocation|bitSetCookie) != 0) {
+	adjust := ri.mode == mode.URL || ri.kind == kindVIPPath && (h.has&(bitLocation|bitSetCookie) != 0)
+	if adjust || untilClose {
 		if rc.hdr == nil {
 			rc.hdr = make(http.Header, 4)
 		}
@@ -423,8 +425,10 @@ func (rc *relayConn) relayResponse(raw []byte, ri *reqInfo) bool {
 		} else if h.chunked {
 			resp.TransferEncoding = []string{"chunked"}
 		}
-		rc.p.adjustResponse(resp, ri)
-		if resp.Body != body && resp.Body != http.NoBody || body.touched {
+		if adjust {
+			rc.p.adjustResponse(resp, ri)
+		}
+		if untilClose || resp.Body != body && resp.Body != http.NoBody || body.touched {
 			return rc.sendReframed(resp, body, closeClient)
 		}
 	}
@@ -638,9 +642,10 @@ func (rc *relayConn) relayParsed(ri *reqInfo) bool {
 		rc.closeUpstream()
 		d := decision{md: ri.mode}.upstreamError(ri.kind, http.StatusBadGateway, "upstream failed", err)
 		rc.p.account(&rc.req, &d)
-		rc.out = appendErrorAnswer(rc.out[:0], d.code, d.reason, true)
-		rc.c.Write(rc.out)
-		return false
+		closeClient := rc.head.close || rc.s.closing()
+		rc.out = appendErrorAnswer(rc.out[:0], d.code, d.reason, closeClient)
+		_, err := rc.c.Write(rc.out)
+		return err == nil && !closeClient
 	}
 	removeHopByHop(resp.Header)
 	rc.p.adjustResponse(resp, ri)

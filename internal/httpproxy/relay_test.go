@@ -1,0 +1,452 @@
+package httpproxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pep/internal/mode"
+)
+
+// scripted is an upstream standing in for Squid where the test needs exact
+// bytes on the wire (framing, 1xx, HTTP/1.0, a silent close): a real TCP
+// server on loopback that skips a PROXY header, reads each request with
+// http.ReadRequest, records it and answers with answer(request). close
+// makes it close the connection after an answer.
+type scripted struct {
+	addr   string
+	mu     sync.Mutex
+	reqs   []*http.Request
+	bodies []string
+	conns  int
+}
+
+type scriptedAnswer struct {
+	raw   string
+	close bool
+	hang  bool // answer nothing
+}
+
+func startScripted(t *testing.T, answer func(r *http.Request) scriptedAnswer) *scripted {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	s := &scripted{addr: l.Addr().String()}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns++
+			s.mu.Unlock()
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if b, _ := br.Peek(6); string(b) == "PROXY " {
+					br.ReadString('\n')
+				}
+				for {
+					r, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body, _ := io.ReadAll(r.Body)
+					s.mu.Lock()
+					s.reqs = append(s.reqs, r)
+					s.bodies = append(s.bodies, string(body))
+					s.mu.Unlock()
+					a := answer(r)
+					if a.hang {
+						io.Copy(io.Discard, br)
+						return
+					}
+					io.WriteString(c, a.raw)
+					if a.close {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return s
+}
+
+func (s *scripted) last() (*http.Request, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.reqs) == 0 {
+		return nil, ""
+	}
+	return s.reqs[len(s.reqs)-1], s.bodies[len(s.bodies)-1]
+}
+
+func (s *scripted) connCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
+}
+
+// keepAlive sends requests one after another on one connection from
+// 127.0.0.9 and returns the responses with their bodies read.
+type keepAlive struct {
+	t  *testing.T
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialKeepAlive(t *testing.T, addr string) *keepAlive {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.9")}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	return &keepAlive{t: t, c: c, br: bufio.NewReader(c)}
+}
+
+func (k *keepAlive) do(req string) (*http.Response, string) {
+	k.t.Helper()
+	if _, err := io.WriteString(k.c, req); err != nil {
+		k.t.Fatal(err)
+	}
+	method, _, _ := strings.Cut(req, " ")
+	resp, err := http.ReadResponse(k.br, &http.Request{Method: method})
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 { // 1xx before the response
+		resp, err = http.ReadResponse(k.br, &http.Request{Method: method})
+	}
+	if err != nil {
+		k.t.Fatalf("reading the response to %q: %v", req, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		k.t.Fatalf("reading the body of the response to %q: %v", req, err)
+	}
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// relayWorld is pepd (relay on) in front of a scripted upstream.
+func relayWorld(t *testing.T, md mode.Mode, pp bool, answer func(r *http.Request) scriptedAnswer) (*pepd, *scripted) {
+	ns := startDNS(t, siteRecords)
+	up := startScripted(t, answer)
+	p := startPepd(t, pepdOpts{squid: up.addr, proxyProtocol: pp, resolver: ns.Addr, mode: md,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80}})
+	return p, up
+}
+
+// TestRelayFraming: each response framing Squid may send reaches the
+// subscriber with the same status, headers and body, hop-by-hop headers
+// removed, and the kept-alive connection serves the next request.
+func TestRelayFraming(t *testing.T) {
+	cases := []struct {
+		name     string
+		md       mode.Mode
+		method   string
+		upstream scriptedAnswer
+		wantCode int
+		wantBody string
+		want     map[string]string // header -> value ("" = absent)
+		trailer  map[string]string
+	}{
+		{name: "content-length", upstream: scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 5\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nX-Cache: HIT\r\n\r\nhello"},
+			wantCode: 200, wantBody: "hello", want: map[string]string{"Content-Length": "5", "Keep-Alive": "", "X-Cache": "HIT", "Content-Type": "image/png"}},
+		{name: "chunked with extension and trailer", upstream: scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nTrailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhel\r\n2;ext=1\r\nlo\r\n0\r\nX-T: 1\r\n\r\n"},
+			wantCode: 200, wantBody: "hello", trailer: map[string]string{"X-T": "1"}},
+		{name: "until close", upstream: scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\n\r\nhello", close: true},
+			wantCode: 200, wantBody: "hello"},
+		{name: "HEAD with Content-Length", method: "HEAD", upstream: scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 100\r\n\r\n"},
+			wantCode: 200, wantBody: "", want: map[string]string{"Content-Length": "100"}},
+		{name: "304", upstream: scriptedAnswer{raw: "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n"},
+			wantCode: 304, wantBody: "", want: map[string]string{"Etag": `"x"`}},
+		{name: "103 early hints then 200", upstream: scriptedAnswer{raw: "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"},
+			wantCode: 200, wantBody: "ok"},
+		{name: "HTTP/1.0 response", upstream: scriptedAnswer{raw: "HTTP/1.0 200 OK\r\nContent-Type: image/png\r\n\r\nhello", close: true},
+			wantCode: 200, wantBody: "hello"},
+		{name: "malformed status line", upstream: scriptedAnswer{raw: "HTTP/1.1 2x0 OK\r\n\r\n", close: true},
+			wantCode: 502, wantBody: "502 Bad Gateway: upstream failed\n"},
+		{name: "url mode: chunked HTML rewritten", md: mode.URL, upstream: scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: \"e\"\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"10\r\n<img src=\"http:/\r\n15\r\n/img.cdn.test/a.png\">\r\n0\r\n\r\n"},
+			wantCode: 200, wantBody: `<img src="http://192.0.2.12/img.cdn.test/a.png">`, want: map[string]string{"Etag": `W/"e"`, "Content-Length": "48"}},
+		{name: "url mode: no-transform passes", md: mode.URL, upstream: scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nCache-Control: no-transform\r\nContent-Length: 37\r\n\r\n<img src=\"http://img.cdn.test/a.png\">"},
+			wantCode: 200, wantBody: `<img src="http://img.cdn.test/a.png">`, want: map[string]string{"Cache-Control": "no-transform"}},
+		{name: "url mode: image passes", md: mode.URL, upstream: scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nETag: \"e\"\r\nContent-Length: 2\r\n\r\nok"},
+			wantCode: 200, wantBody: "ok", want: map[string]string{"Etag": `"e"`}},
+		{name: "vip path: Location and Set-Cookie mapped", upstream: scriptedAnswer{raw: "HTTP/1.1 302 Found\r\nLocation: /b.png\r\nSet-Cookie: s=1; Path=/\r\nContent-Length: 0\r\n\r\n"},
+			wantCode: 302, want: map[string]string{"Location": "http://192.0.2.12/img.cdn.test/b.png", "Set-Cookie": "img.cdn.test|s=1; Path=/img.cdn.test/"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, up := relayWorld(t, c.md, true, func(r *http.Request) scriptedAnswer {
+				if r.URL.Path == "/next" {
+					return scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext"}
+				}
+				return c.upstream
+			})
+			method := c.method
+			if method == "" {
+				method = "GET"
+			}
+			k := dialKeepAlive(t, p.Addr)
+			resp, body := k.do(method + " /img.cdn.test/a.png HTTP/1.1\r\nHost: 192.0.2.12\r\nConnection: keep-alive\r\n\r\n")
+			if resp.StatusCode != c.wantCode || body != c.wantBody {
+				t.Errorf("got %d %q, want %d %q", resp.StatusCode, body, c.wantCode, c.wantBody)
+			}
+			for h, v := range c.want {
+				if got := resp.Header.Get(h); got != v {
+					t.Errorf("%s = %q, want %q", h, got, v)
+				}
+			}
+			for h, v := range c.trailer {
+				if got := resp.Trailer.Get(h); got != v {
+					t.Errorf("trailer %s = %q, want %q", h, got, v)
+				}
+			}
+			if resp.Close {
+				t.Fatal("pepd closes the subscriber connection")
+			}
+			resp, body = k.do("GET /img.cdn.test/next HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
+			if resp.StatusCode != 200 || body != "next" {
+				t.Errorf("next request on the connection: %d %q", resp.StatusCode, body)
+			}
+			r, _ := up.last()
+			if r.RequestURI != "http://img.cdn.test/next" || r.Host != "img.cdn.test" {
+				t.Errorf("Squid got %q Host %q, want http://img.cdn.test/next Host img.cdn.test", r.RequestURI, r.Host)
+			}
+		})
+	}
+}
+
+// TestRelayRequestHeaders: what Squid receives for a VIP-path request:
+// absolute URI, the origin's Host, hop-by-hop and forwarding headers
+// removed, only the site's cookies, Referer mapped back, X-Forwarded-For
+// naming the subscriber without PROXY protocol.
+func TestRelayRequestHeaders(t *testing.T) {
+	p, up := relayWorld(t, mode.URL, false, func(*http.Request) scriptedAnswer {
+		return scriptedAnswer{raw: "HTTP/1.1 204 No Content\r\n\r\n"}
+	})
+	k := dialKeepAlive(t, p.Addr)
+	resp, _ := k.do("GET /img.cdn.test/a.png?q=1 HTTP/1.1\r\nHost: 192.0.2.12\r\nUser-Agent: ua\r\nConnection: keep-alive\r\n" +
+		"Proxy-Connection: keep-alive\r\nKeep-Alive: 5\r\nTE: trailers\r\nX-Forwarded-For: 6.6.6.6\r\nForwarded: for=6.6.6.6\r\n" +
+		"Cookie: img.cdn.test|a=1; other.test|b=2\r\nReferer: http://192.0.2.12/www.site.test/page.html\r\n\r\n")
+	if resp.StatusCode != 204 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	r, _ := up.last()
+	want := map[string]string{
+		"User-Agent": "ua", "Connection": "", "Proxy-Connection": "", "Keep-Alive": "", "Te": "trailers",
+		"X-Forwarded-For": "127.0.0.9", "Forwarded": "", "Cookie": "a=1", "Referer": "http://www.site.test/page.html",
+	}
+	if r.RequestURI != "http://img.cdn.test/a.png?q=1" || r.Host != "img.cdn.test" {
+		t.Errorf("request %q Host %q", r.RequestURI, r.Host)
+	}
+	for h, v := range want {
+		if got := strings.Join(r.Header.Values(h), ","); got != v {
+			t.Errorf("Squid got %s %q, want %q", h, got, v)
+		}
+	}
+}
+
+// TestRelayHandsOver: on one kept-alive connection a GET is relayed, a
+// POST with a body (not the relay's) is handed to the standard library
+// with the connection, which serves it and the GET after it. Every request
+// is counted once.
+func TestRelayHandsOver(t *testing.T) {
+	p, up := relayWorld(t, mode.Off, true, func(r *http.Request) scriptedAnswer {
+		return scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}
+	})
+	k := dialKeepAlive(t, p.Addr)
+	for i, req := range []string{
+		"GET /img.cdn.test/1 HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n",
+		"POST /img.cdn.test/2 HTTP/1.1\r\nHost: 192.0.2.12\r\nContent-Length: 4\r\n\r\nbody",
+		"GET /img.cdn.test/3 HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n",
+	} {
+		resp, body := k.do(req)
+		if resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("request %d: %d %q", i+1, resp.StatusCode, body)
+		}
+		if i == 1 {
+			if r, b := up.last(); r.Method != "POST" || b != "body" {
+				t.Errorf("Squid got %s with body %q, want POST body", r.Method, b)
+			}
+		}
+	}
+	if got := testutilValue(p.M.requests.WithLabelValues("off", "vip_path", "squid")); got != 3 {
+		t.Errorf("pep_http_requests_total{off,vip_path,squid} = %v, want 3", got)
+	}
+	if got := testutilValue(p.M.conns); got != 1 {
+		t.Errorf("pep_http_connections_total = %v, want 1", got)
+	}
+}
+
+// TestRelayStaleUpstream: Squid closes a kept-alive upstream connection
+// while it is idle (without Connection: close); the next request is sent
+// again on a new connection and succeeds.
+func TestRelayStaleUpstream(t *testing.T) {
+	p, up := relayWorld(t, mode.Off, true, func(r *http.Request) scriptedAnswer {
+		return scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", close: true}
+	})
+	k := dialKeepAlive(t, p.Addr)
+	for i := range 3 {
+		resp, body := k.do("GET /img.cdn.test/x HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
+		if resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("request %d: %d %q", i+1, resp.StatusCode, body)
+		}
+	}
+	if n := up.connCount(); n != 3 {
+		t.Errorf("upstream connections %d, want 3", n)
+	}
+}
+
+// TestRelayUpstreamTimeout: no response head within the upstream timeout
+// gives 504, and the subscriber connection stays usable.
+func TestRelayUpstreamTimeout(t *testing.T) {
+	ns := startDNS(t, siteRecords)
+	up := startScripted(t, func(r *http.Request) scriptedAnswer {
+		if r.URL.Path == "/slow" {
+			return scriptedAnswer{hang: true}
+		}
+		return scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}
+	})
+	p := startPepd(t, pepdOpts{squid: up.addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80}, upTimeout: 300 * time.Millisecond})
+	k := dialKeepAlive(t, p.Addr)
+	resp, body := k.do("GET /img.cdn.test/slow HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
+	if resp.StatusCode != 504 || body != "504 Gateway Timeout: upstream timed out\n" {
+		t.Errorf("got %d %q, want 504 upstream timed out", resp.StatusCode, body)
+	}
+	resp, body = k.do("GET /img.cdn.test/fast HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
+	if resp.StatusCode != 200 || body != "ok" {
+		t.Errorf("after the timeout: %d %q", resp.StatusCode, body)
+	}
+	if got := testutilValue(p.M.requests.WithLabelValues("off", "vip_path", "upstream_error")); got != 1 {
+		t.Errorf("pep_http_requests_total{off,vip_path,upstream_error} = %v, want 1", got)
+	}
+}
+
+// TestRelayClientClose: a request with Connection: close is answered with
+// Connection: close and the connection is closed after it.
+func TestRelayClientClose(t *testing.T) {
+	p, _ := relayWorld(t, mode.Off, true, func(r *http.Request) scriptedAnswer {
+		return scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}
+	})
+	k := dialKeepAlive(t, p.Addr)
+	resp, body := k.do("GET /img.cdn.test/x HTTP/1.1\r\nHost: 192.0.2.12\r\nConnection: close\r\n\r\n")
+	if resp.StatusCode != 200 || body != "ok" || !resp.Close {
+		t.Errorf("got %d %q close=%v, want 200 ok with Connection: close", resp.StatusCode, body, resp.Close)
+	}
+	if n, err := k.br.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("read after the response: %d %v, want EOF", n, err)
+	}
+}
+
+// TestRelayShutdown: Shutdown closes a kept-alive relay connection waiting
+// for its next request and returns.
+func TestRelayShutdown(t *testing.T) {
+	p, _ := relayWorld(t, mode.Off, true, func(r *http.Request) scriptedAnswer {
+		return scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}
+	})
+	k := dialKeepAlive(t, p.Addr)
+	if resp, _ := k.do("GET /img.cdn.test/x HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if n, err := k.br.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("read after Shutdown: %d %v, want EOF", n, err)
+	}
+	if got := testutilValue(p.M.openConns); got != 0 {
+		t.Errorf("pep_http_open_connections = %v, want 0", got)
+	}
+}
+
+// FuzzParseRequestHead: whatever the relay accepts, net/http reads the
+// same way (method, target, Host), so the relay never serves a request the
+// standard library would have refused or read differently.
+func FuzzParseRequestHead(f *testing.F) {
+	for _, s := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /img.cdn.test/a.png?q=1 HTTP/1.1\r\nHost: 192.0.2.12\r\nCookie: a=1\r\nConnection: keep-alive, close\r\n\r\n",
+		"HEAD /x HTTP/1.1\r\nHost: [::1]:80\r\nTE: trailers\r\n\r\n",
+		"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+		"GET /x HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n",
+		"GET /x HTTP/1.1\r\nHost : a\r\n\r\n",
+		"GET /x HTTP/1.1\r\nHost: a\r\nX: \x01\r\n\r\n",
+		"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		i := bytes.Index(b, []byte("\r\n\r\n"))
+		if i < 0 {
+			return
+		}
+		head := b[:i+4]
+		var h reqHead
+		if !parseRequestHead(head, &h) {
+			return
+		}
+		r, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+		if err != nil {
+			t.Fatalf("relay accepts %q, net/http does not: %v", head, err)
+		}
+		if r.Method != h.method || r.RequestURI != string(head[h.target.from:h.target.to]) || r.Host != string(head[h.host.from:h.host.to]) {
+			t.Fatalf("relay reads %q as %s %q Host %q, net/http as %s %q Host %q", head, h.method,
+				head[h.target.from:h.target.to], head[h.host.from:h.host.to], r.Method, r.RequestURI, r.Host)
+		}
+		if r.ContentLength > 0 || len(r.TransferEncoding) > 0 {
+			t.Fatalf("relay accepts %q with a body", head)
+		}
+	})
+}
+
+// FuzzParseResponseHead: whatever head the relay accepts from Squid,
+// net/http reads with the same status and framing.
+func FuzzParseResponseHead(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 404\r\nConnection: close\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+		"HTTP/1.1 302 Found\r\nLocation: /x\r\nSet-Cookie: a=1\r\nContent-Length: 0\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		i := bytes.Index(b, []byte("\r\n\r\n"))
+		if i < 0 {
+			return
+		}
+		head := b[:i+4]
+		var h respHead
+		if !parseResponseHead(head, &h) {
+			return
+		}
+		r, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(head)), &http.Request{Method: "GET"})
+		if err != nil {
+			t.Fatalf("relay accepts %q, net/http does not: %v", head, err)
+		}
+		chunked := len(r.TransferEncoding) == 1 && r.TransferEncoding[0] == "chunked"
+		noBody := h.status == http.StatusNoContent || h.status == http.StatusNotModified // the relay sends none whatever the framing
+		if r.StatusCode != h.status || !noBody && (chunked != h.chunked || !chunked && r.ContentLength != h.cl) {
+			t.Fatalf("relay reads %q as %d chunked=%v cl=%d, net/http as %d chunked=%v cl=%d", head,
+				h.status, h.chunked, h.cl, r.StatusCode, chunked, r.ContentLength)
+		}
+	})
+}
