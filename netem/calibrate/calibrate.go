@@ -193,6 +193,7 @@ func (s *session) measure(ctx context.Context, p netem.Profile) ([]Result, error
 	var rs []Result
 	var err error
 	for a := 1; a <= Attempts; a++ {
+		s.backoff(ctx, a)
 		if rs, err = s.probe(ctx, p); err != nil {
 			return rs, err
 		}
@@ -213,6 +214,7 @@ func (s *session) measure(ctx context.Context, p netem.Profile) ([]Result, error
 		}
 		var r Result
 		for a := 1; a <= Attempts; a++ {
+			s.backoff(ctx, a)
 			if r, err = s.bulk(ctx, p, dir, d); err != nil {
 				return rs, err
 			}
@@ -224,6 +226,19 @@ func (s *session) measure(ctx context.Context, p netem.Profile) ([]Result, error
 		rs = append(rs, r)
 	}
 	return rs, nil
+}
+
+// backoff waits before attempt a (none before the first): 3 s, then 6 s,
+// so that a busy spell of the machine can pass.
+func (s *session) backoff(ctx context.Context, a int) {
+	if a == 1 {
+		return
+	}
+	s.log.Info("measurement outside tolerance, retrying", "attempt", a, "of", Attempts)
+	select {
+	case <-time.After(time.Duration(3*(a-1)) * time.Second):
+	case <-ctx.Done():
+	}
 }
 
 // probeSize is the IP size of one echo probe: 20 IP + 8 UDP + 36 payload.
