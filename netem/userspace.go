@@ -352,17 +352,19 @@ func (pu *pump) write(frame []byte) {
 // the Scheduler, not from when the loop woke.
 //
 // Two ways to wait: with few packets in flight (handshakes, DNS, probes:
-// where lateness shows as RTT) it sleeps with nanosleep(2), whose
-// high-resolution timer wakes it within tens of microseconds; with more than
-// preciseMax in flight (a bulk transfer) it uses a Go timer, which wakes up
-// to a millisecond late but sends everything due at once, for a fraction of
-// the CPU. A new packet never needs an earlier wake-up than the one ahead of
+// where lateness shows as RTT) or the next one preciseWait or more away, it
+// sleeps with nanosleep(2), whose high-resolution timer wakes it within tens
+// of microseconds; with more than preciseMax in flight due less than
+// preciseWait apart (a fast bulk transfer), it uses a Go timer, which wakes
+// up to a millisecond late but sends everything due at once, for a fraction
+// of the CPU. A new packet never needs an earlier wake-up than the one ahead of
 // it (departures are in order); sleeps are cut into slices of at most
 // maxSleep to notice Close.
 func (pu *pump) writeLoop() {
 	const (
-		maxSleep   = 20 * time.Millisecond
-		preciseMax = 4
+		maxSleep    = 20 * time.Millisecond
+		preciseMax  = 4
+		preciseWait = 5 * time.Millisecond
 	)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -383,7 +385,7 @@ func (pu *pump) writeLoop() {
 		if wait := pu.fifo[pu.fifoHead].at - now; wait > 0 {
 			inFlight := len(pu.fifo) - pu.fifoHead
 			pu.mu.Unlock()
-			if inFlight > preciseMax {
+			if inFlight > preciseMax && wait < preciseWait {
 				timer.Reset(wait)
 				select {
 				case <-timer.C:
