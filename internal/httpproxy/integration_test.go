@@ -157,6 +157,9 @@ func TestVIPPathMappings(t *testing.T) {
 	if got, want := resp.Header.Get("Set-Cookie"), "www.site.test~"+o.Port+"|sid=1; Path=/www.site.test:"+o.Port+"/"; got != want {
 		t.Errorf("Set-Cookie = %q, want %q", got, want)
 	}
+	if got := resp.Header.Get("Access-Control-Allow-Origin"); got != "*" {
+		t.Errorf("Access-Control-Allow-Origin = %q, want *", got)
+	}
 }
 
 func get(t *testing.T, c *http.Client, url string, wantCode int) string {

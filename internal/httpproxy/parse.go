@@ -164,7 +164,8 @@ type respHead struct {
 }
 
 // rewriteHeaders are the response headers adjustResponse reads or writes:
-// Location and Set-Cookie (VIP-path mapping) and those
+// Location, Set-Cookie and Access-Control-Allow-Origin (VIP-path mapping)
+// and those
 // rewrite.Rewriter.Response reads (Content-Type, Content-Range,
 // Content-Encoding, Cache-Control) or changes (ETag, Content-MD5,
 // Accept-Ranges; Content-Length is the relay's framing). The relay puts
@@ -174,6 +175,7 @@ var rewriteHeaders = map[string]string{
 	"content-type": "Content-Type", "content-range": "Content-Range", "content-encoding": "Content-Encoding",
 	"cache-control": "Cache-Control", "etag": "Etag", "content-md5": "Content-Md5",
 	"accept-ranges": "Accept-Ranges", "location": "Location", "set-cookie": "Set-Cookie",
+	"access-control-allow-origin": "Access-Control-Allow-Origin",
 }
 
 // parseResponseHead parses a response head from Squid: HTTP/1.1, a final

@@ -658,13 +658,24 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 
 // adjustResponse is what pepd changes in a response from Squid, on both
 // paths (ReverseProxy and relay): for a VIP-path request Location and
-// Set-Cookie are mapped to the VIP form, and in url mode HTML and CSS
+// Set-Cookie are mapped to the VIP form and Access-Control-Allow-Origin: *
+// is added where the origin sent none, and in url mode HTML and CSS
 // bodies are rewritten (rewrite.Rewriter.Response, which leaves every other
 // body untouched and unread). It reads and changes only the Location,
-// Set-Cookie and the rewriter's headers (rewriteHeaders).
+// Set-Cookie, Access-Control-Allow-Origin and the rewriter's headers
+// (rewriteHeaders).
 func (p *Proxy) adjustResponse(resp *http.Response, ri *reqInfo) {
 	rw := ri.st.Rewriter
 	if ri.kind == kindVIPPath {
+		// Every VIP-path object shares one origin, http://VIP, which is
+		// not its page's origin: fonts, module scripts and crossorigin
+		// elements that were same-origin with their page are now CORS
+		// requests, blocked without this header. The objects are public
+		// cache content; credentialed CORS stays refused (RFC 6454, Fetch
+		// §3.2.5: "*" does not match credentialed requests).
+		if resp.Header.Get("Access-Control-Allow-Origin") == "" {
+			resp.Header.Set("Access-Control-Allow-Origin", "*")
+		}
 		if loc := resp.Header.Get("Location"); loc != "" {
 			if v, ok := rw.Location(loc, ri.target); ok {
 				resp.Header.Set("Location", v)

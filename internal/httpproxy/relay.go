@@ -405,7 +405,8 @@ func (rc *relayConn) relayResponse(raw []byte, ri *reqInfo) bool {
 	body := &rc.body
 	*body = bodyReader{r: rc.ubr, cl: h.cl, chunked: h.chunked, noBody: noBody}
 	var hdr http.Header
-	adjust := ri.mode == mode.URL || ri.kind == kindVIPPath && (h.has&(bitLocation|bitSetCookie) != 0)
+	// VIP-path responses are always adjusted: they get CORS (adjustResponse).
+	adjust := ri.mode == mode.URL || ri.kind == kindVIPPath
 	if adjust || untilClose {
 		if rc.hdr == nil {
 			rc.hdr = make(http.Header, 4)

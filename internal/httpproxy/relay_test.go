@@ -187,6 +187,10 @@ func TestRelayFraming(t *testing.T) {
 			wantCode: 200, wantBody: "ok", want: map[string]string{"Etag": `"e"`}},
 		{name: "vip path: Location and Set-Cookie mapped", upstream: scriptedAnswer{raw: "HTTP/1.1 302 Found\r\nLocation: /b.png\r\nSet-Cookie: s=1; Path=/\r\nContent-Length: 0\r\n\r\n"},
 			wantCode: 302, want: map[string]string{"Location": "http://192.0.2.12/img.cdn.test/b.png", "Set-Cookie": "img.cdn.test|s=1; Path=/img.cdn.test/"}},
+		{name: "vip path: CORS added", upstream: scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nContent-Type: font/woff2\r\nContent-Length: 2\r\n\r\nok"},
+			wantCode: 200, wantBody: "ok", want: map[string]string{"Access-Control-Allow-Origin": "*", "Content-Type": "font/woff2"}},
+		{name: "vip path: origin's CORS kept", upstream: scriptedAnswer{raw: "HTTP/1.1 200 OK\r\nAccess-Control-Allow-Origin: http://a.test\r\nContent-Length: 2\r\n\r\nok"},
+			wantCode: 200, wantBody: "ok", want: map[string]string{"Access-Control-Allow-Origin": "http://a.test"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
