@@ -1,6 +1,7 @@
 package dnsproxy
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -77,6 +78,49 @@ func FuzzFraming(f *testing.F) {
 		}
 		if _, err := checkFraming(packed); err != nil {
 			t.Fatalf("miekg/dns packed a message the framing check refuses: %v", err)
+		}
+	})
+}
+
+// FuzzParseQuery: the fast path's query parser never panics, and whatever
+// it takes, miekg/dns reads the same way: one question with the same
+// name (lower-cased, no trailing dot), type and class, the same DO bit
+// and UDP size, and a framing that ends where the message ends.
+func FuzzParseQuery(f *testing.F) {
+	for _, q := range []*dns.Msg{
+		query("www.foo.com.", dns.TypeA, true, false),
+		query("WWW.Foo.COM.", dns.TypeAAAA, false, false),
+		query("ipv4only.arpa.", dns.TypeA, true, true),
+		query(".", dns.TypeNS, false, false),
+		query("a\\.b.foo.com.", dns.TypeA, false, false),
+	} {
+		f.Add(pack(f, q))
+	}
+	f.Fuzz(func(t *testing.T, wire []byte) {
+		q, name, ok := parseQuery(wire, nil)
+		if !ok {
+			return
+		}
+		m := new(dns.Msg)
+		if err := m.Unpack(wire); err != nil {
+			t.Fatalf("parseQuery took a message miekg/dns cannot read: %v", err)
+		}
+		if len(m.Question) != 1 || m.Response || m.Opcode != dns.OpcodeQuery || len(m.Answer) != 0 || len(m.Ns) != 0 {
+			t.Fatalf("parseQuery took %v", m)
+		}
+		want := strings.ToLower(strings.TrimSuffix(m.Question[0].Name, "."))
+		if string(name) != want || q.qtype != m.Question[0].Qtype || q.qclass != m.Question[0].Qclass {
+			t.Fatalf("parseQuery read %q %d %d, miekg/dns %q %d %d", name, q.qtype, q.qclass, want, m.Question[0].Qtype, m.Question[0].Qclass)
+		}
+		do, size := false, dns.MinMsgSize
+		if o := m.IsEdns0(); o != nil {
+			do, size = o.Do(), max(dns.MinMsgSize, int(o.UDPSize()))
+		}
+		if q.do != do || q.udpSize != size {
+			t.Fatalf("parseQuery read DO %v size %d, miekg/dns DO %v size %d", q.do, q.udpSize, do, size)
+		}
+		if qend, err := questionEnd(wire); err != nil || qend != q.qend {
+			t.Fatalf("question ends at %d, questionEnd says %d (%v)", q.qend, qend, err)
 		}
 	})
 }
