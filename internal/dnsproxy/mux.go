@@ -48,8 +48,6 @@ type pending struct {
 	sent     time.Time
 	deadline time.Time
 	w        waiter
-	sock     *udpSocket
-	slot     int
 }
 
 // udpMux holds the current socket of each resolver.
@@ -59,30 +57,43 @@ type udpMux struct {
 	cur map[string]*udpSocket
 }
 
+// reg identifies one registration of a pending query: its socket and
+// slot. Slots are never reused, so a reg stays unique after the query is
+// done and its memory reused.
+type reg struct {
+	sock *udpSocket
+	slot int
+}
+
 // take registers p on server's current socket, opening a new one when the
-// current one is used up, and writes a fresh random ID into p.q. The
-// caller then sends p.q on p.sock.
-func (m *udpMux) take(server string, p *pending) error {
+// current one is used up, writes a fresh random ID into p.q, and appends
+// the query as it is to be sent to buf. From the moment take returns, p
+// may be answered or time out and be taken over by its waiter: the caller
+// sends the copy, never p.q, and touches p again only through
+// reg.sock.abort(p, reg.slot).
+func (m *udpMux) take(server string, p *pending, buf []byte) (reg, []byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s := m.cur[server]; s != nil && s.add(p) {
-		return nil
+	if s := m.cur[server]; s != nil {
+		if slot, b, ok := s.add(p, buf); ok {
+			return reg{s, slot}, b, nil
+		}
 	}
 	c, err := m.u.dialer.Dial("udp", server)
 	if err != nil {
-		return err
+		return reg{}, buf, err
 	}
 	uc := c.(*net.UDPConn)
 	rc, err := uc.SyscallConn()
 	if err != nil {
 		uc.Close()
-		return err
+		return reg{}, buf, err
 	}
 	s := &udpSocket{u: m.u, server: server, conn: uc, rc: rc}
 	m.cur[server] = s
-	s.add(p)
+	slot, b, _ := s.add(p, buf)
 	go s.run()
-	return nil
+	return reg{s, slot}, b, nil
 }
 
 // udpSocket is one connected socket to one resolver.
@@ -102,12 +113,13 @@ type udpSocket struct {
 	dead  bool // closed, or failed: takes no query
 }
 
-// add takes p if the socket has a slot left.
-func (s *udpSocket) add(p *pending) bool {
+// add takes p if the socket has a slot left, and appends p.q with its
+// new ID to buf.
+func (s *udpSocket) add(p *pending, buf []byte) (int, []byte, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dead || s.used == socketUses {
-		return false
+		return 0, buf, false
 	}
 	id := uint16(rand.Uint32())
 	for s.idLive(id) {
@@ -118,14 +130,14 @@ func (s *udpSocket) add(p *pending) bool {
 	s.live++
 	s.slots[i], s.ids[i] = p, id
 	p.q[0], p.q[1] = byte(id>>8), byte(id)
-	p.sock, p.slot, p.server = s, i, s.server
+	p.server = s.server
 	p.sent = time.Now()
 	p.deadline = p.sent.Add(s.u.timeout)
 	if !s.armed {
 		s.armed = true
 		s.conn.SetReadDeadline(p.deadline)
 	}
-	return true
+	return i, append(buf, p.q...), true
 }
 
 func (s *udpSocket) idLive(id uint16) bool {
@@ -152,16 +164,17 @@ func (s *udpSocket) remove(i int) (closeNow bool) {
 	return false
 }
 
-// abort takes p out if it still waits (its send failed, or its caller
-// gave up), so that no answer reaches its waiter; it reports whether it
-// did. Otherwise the waiter has been or is being told.
-func (s *udpSocket) abort(p *pending) bool {
+// abort takes p out of slot if it still waits there (its send failed,
+// or its caller gave up), so that no answer reaches its waiter; it
+// reports whether it did. Otherwise the waiter has been or is being told,
+// and p may already serve another query.
+func (s *udpSocket) abort(p *pending, slot int) bool {
 	s.mu.Lock()
-	if p.sock != s || s.slots[p.slot] != p {
+	if s.slots[slot] != p {
 		s.mu.Unlock()
 		return false
 	}
-	closeNow := s.remove(p.slot)
+	closeNow := s.remove(slot)
 	s.mu.Unlock()
 	if closeNow {
 		s.conn.Close()
@@ -326,17 +339,18 @@ func (w *syncWaiter) upstreamDone(_ *pending, ans []byte, err error, _ *replies)
 func (m *udpMux) exchange(ctx context.Context, server string, q []byte, qend int) ([]byte, error) {
 	w := &syncWaiter{ch: make(chan syncResult, 1)}
 	p := &pending{q: q, qend: qend, w: w}
-	if err := m.take(server, p); err != nil {
+	r, b, err := m.take(server, p, nil)
+	if err != nil {
 		return nil, err
 	}
-	if _, err := p.sock.conn.Write(q); err != nil && p.sock.abort(p) {
+	if _, err := r.sock.conn.Write(b); err != nil && r.sock.abort(p, r.slot) {
 		return nil, err
 	}
 	select {
 	case r := <-w.ch:
 		return r.ans, r.err
 	case <-ctx.Done():
-		if p.sock.abort(p) {
+		if r.sock.abort(p, r.slot) {
 			return nil, ctx.Err()
 		}
 		r := <-w.ch

@@ -61,7 +61,7 @@ func newUDPServer(p *Proxy, c *net.UDPConn) (*udpServer, error) {
 func (s *udpServer) serve() error {
 	defer close(s.done)
 	in := newBatch(queryBurst, querySlot, s.pktinfo)
-	out := newBatch(queryBurst, 0, false)
+	f := &fwdBatch{out: newBatch(queryBurst, 0, false), wire: make([]byte, 0, queryBurst*512)}
 	fwd := make([]*clientQuery, 0, queryBurst)
 	name := make([]byte, 0, 256)
 	for {
@@ -81,7 +81,7 @@ func (s *udpServer) serve() error {
 				fwd = append(fwd, c)
 			}
 		}
-		s.forward(fwd, out)
+		s.forward(fwd, f)
 		clear(fwd)
 		fwd = fwd[:0]
 	}
@@ -125,37 +125,55 @@ func (s *udpServer) handle(in *batch, i int, name []byte) *clientQuery {
 
 // forward sends the first attempt of every query in fwd: all are
 // registered first, then each run on one socket goes out in one sendmmsg.
-func (s *udpServer) forward(fwd []*clientQuery, out *batch) {
+// Once registered, a query may be answered or time out before it is sent
+// (a stalled reader, a forged answer): from then on only the copies in
+// f.wire and the registrations f.regs are used.
+func (s *udpServer) forward(fwd []*clientQuery, f *fwdBatch) {
 	u := s.p.up
 	server := u.servers[0]
-	for i, c := range fwd {
-		if err := u.mux.take(server, &c.pending); err != nil {
+	f.wire, f.regs = f.wire[:0], f.regs[:0]
+	for _, c := range fwd {
+		start := len(f.wire)
+		r, b, err := u.mux.take(server, &c.pending, f.wire)
+		if err != nil {
 			u.attemptFailed(server, 0, err)
 			c.attempt++
 			c.forward(nil)
-			fwd[i] = nil
-		}
-	}
-	for i := 0; i < len(fwd); {
-		if fwd[i] == nil {
-			i++
 			continue
 		}
-		sock := fwd[i].sock
+		f.wire = b
+		f.regs = append(f.regs, fwdReg{reg: r, c: c, start: start, end: len(b)})
+	}
+	for i := 0; i < len(f.regs); {
+		sock := f.regs[i].sock
 		j := i
-		for ; j < len(fwd) && fwd[j] != nil && fwd[j].sock == sock; j++ {
-			out.add(fwd[j].q, nil, 0, nil)
+		for ; j < len(f.regs) && f.regs[j].sock == sock; j++ {
+			f.out.add(f.wire[f.regs[j].start:f.regs[j].end], nil, 0, nil)
 		}
-		run := fwd[i:j]
-		out.send(sock.rc, func(k int, err error) {
-			if c := run[k]; sock.abort(&c.pending) {
-				u.attemptFailed(server, c.attempt, err)
-				c.attempt++
-				c.forward(nil)
+		run := f.regs[i:j]
+		f.out.send(sock.rc, func(k int, err error) {
+			if r := run[k]; sock.abort(&r.c.pending, r.slot) {
+				u.attemptFailed(server, r.c.attempt, err)
+				r.c.attempt++
+				r.c.forward(nil)
 			}
 		})
 		i = j
 	}
+	clear(f.regs)
+}
+
+// fwdBatch is the client reader's state for forwarding one batch.
+type fwdBatch struct {
+	out  *batch
+	wire []byte // the queries as sent, back to back
+	regs []fwdReg
+}
+
+type fwdReg struct {
+	reg
+	c          *clientQuery
+	start, end int // of the query in wire
 }
 
 // slow answers a datagram the fast path does not take through miekg/dns
@@ -288,16 +306,17 @@ func (c *clientQuery) upstreamDone(p *pending, ans []byte, err error, out *repli
 // over TCP; resolvers in turn), or answers SERVFAIL when none is left.
 func (c *clientQuery) forward(out *replies) {
 	u := c.srv.p.up
+	var buf [querySlot]byte
 	for ; c.attempt < u.attempts; c.attempt++ {
 		server := u.servers[c.attempt%len(u.servers)]
-		err := u.mux.take(server, &c.pending)
+		attempt := c.attempt
+		r, b, err := u.mux.take(server, &c.pending, buf[:0])
 		if err == nil {
-			s := c.sock
-			if _, err = s.conn.Write(c.q); err == nil || !s.abort(&c.pending) {
-				return // c belongs to the socket now
+			if _, err = r.sock.conn.Write(b); err == nil || !r.sock.abort(&c.pending, r.slot) {
+				return // c belongs to the socket now (see udpMux.take)
 			}
 		}
-		u.attemptFailed(server, c.attempt, err)
+		u.attemptFailed(server, attempt, err)
 	}
 	c.send(c.srv.p.servfail(&c.question), out)
 }
@@ -331,7 +350,7 @@ func (c *clientQuery) send(b []byte, out *replies) {
 func (c *clientQuery) release() {
 	<-c.srv.p.up.sem
 	c.srv.wg.Done()
-	c.msg, c.reply, c.srv, c.pending.sock, c.pending.w = nil, nil, nil, nil, nil
+	c.msg, c.reply, c.srv, c.pending.w = nil, nil, nil, nil
 	clientQueries.Put(c)
 }
 

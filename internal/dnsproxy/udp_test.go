@@ -1,8 +1,13 @@
 package dnsproxy
 
 import (
+	"fmt"
+	"log/slog"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -49,5 +54,119 @@ func TestParseQuery(t *testing.T) {
 					name, q.qtype, q.do, q.udpSize, tc.qname, tc.qtype, tc.do, tc.size)
 			}
 		})
+	}
+}
+
+// TestLossyResolverUnderLoad drives many concurrent queries through the
+// fast path to a resolver that drops every third query: every client
+// query gets exactly one answer, with its ID and question, either the
+// resolver's (at the first or second attempt) or SERVFAIL; the timeouts
+// and retries of the shared upstream sockets lose nothing.
+func TestLossyResolverUnderLoad(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 4096)
+		for n := 0; ; n++ {
+			k, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := new(dns.Msg)
+			if q.Unpack(buf[:k]) != nil || n%3 == 2 {
+				continue
+			}
+			r := new(dns.Msg)
+			r.SetReply(q)
+			r.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 10},
+				A: net.IPv4(198, 19, 0, 10)}}
+			b, _ := r.Pack()
+			pc.WriteTo(b, from)
+		}
+	}()
+	o := defaultOptions(pc.LocalAddr().String())
+	o.Timeout, o.Attempts, o.MaxInflight = 100*time.Millisecond, 2, 4096
+	o.Logger = slog.New(slog.DiscardHandler)
+	_, addr, reg := startProxy(t, o)
+
+	const clients, each = 8, 100
+	var answered, servfail atomic.Int32
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := net.Dial("udp", addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			// A window of queries in flight per client, so that no
+			// socket's receive buffer overflows (the kernel would drop
+			// datagrams, which is not the proxy's doing).
+			const window = 10
+			sent := map[uint16]string{}
+			next := 0
+			send := func() error {
+				q := query(fmt.Sprintf("n%d-%d.other.net.", c, next), dns.TypeA, true, false)
+				q.Id = uint16(c*each + next)
+				next++
+				sent[q.Id] = q.Question[0].Name
+				b, _ := q.Pack()
+				_, err := conn.Write(b)
+				return err
+			}
+			for next < window {
+				if err := send(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			buf := make([]byte, 4096)
+			for len(sent) > 0 {
+				n, err := conn.Read(buf)
+				if err != nil {
+					t.Errorf("client %d: %d queries unanswered: %v", c, len(sent), err)
+					return
+				}
+				m := new(dns.Msg)
+				if err := m.Unpack(buf[:n]); err != nil {
+					t.Errorf("answer does not unpack: %v", err)
+					continue
+				}
+				name, ok := sent[m.Id]
+				if !ok || len(m.Question) != 1 || m.Question[0].Name != name {
+					t.Errorf("answer id %#x question %v: no such query outstanding", m.Id, m.Question)
+					continue
+				}
+				delete(sent, m.Id)
+				if next < each {
+					if err := send(); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				switch {
+				case m.Rcode == dns.RcodeServerFailure:
+					servfail.Add(1)
+				case m.Rcode == dns.RcodeSuccess && len(m.Answer) == 1:
+					answered.Add(1)
+				default:
+					t.Errorf("answer %v", m)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if a, s := answered.Load(), servfail.Load(); a+s != clients*each || a == 0 || s == 0 {
+		t.Errorf("%d answered, %d SERVFAIL, want %d in all, some of each", a, s, clients*each)
+	}
+	if got := counterValue(t, reg, "pep_dns_servfails_total", map[string]string{"source": "pepd"}); got != float64(servfail.Load()) {
+		t.Errorf(`pep_dns_servfails_total{source="pepd"} = %v, want %d`, got, servfail.Load())
 	}
 }
