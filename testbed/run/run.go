@@ -154,7 +154,8 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 				return
 			}
 			errs[i] = runUnit(ctx, c, u.prof, u.run, wired, corp, plan, log, save, step)
-			if errs[i] != nil {
+			if errs[i] != nil && ctx.Err() == nil {
+				log.Error("testbed failed, stopping the others", "profile", u.prof.Name, "run", u.run, "err", errs[i])
 				cancel() // one broken testbed ends the experiment
 			}
 		}()

@@ -136,19 +136,31 @@ func (t *Topology) Start(name, ns, logPath string, argv ...string) (*Proc, error
 		out = io.MultiWriter(f, p.tail)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		if f != nil {
-			f.Close()
-		}
-		return nil, fmt.Errorf("topo: start %s %q: %w", name, strings.Join(argv, " "), err)
-	}
+	// Pdeathsig fires when the OS thread that forked the child exits, not
+	// the process (golang/go#27505), and Go ends threads whose goroutine
+	// exits locked (netns switching does that). So the child is started
+	// from a goroutine locked to its thread until the child has exited.
+	started := make(chan error)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		p.err = cmd.Wait()
 		if f != nil {
 			f.Close()
 		}
 		close(p.done)
 	}()
+	if err := <-started; err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, fmt.Errorf("topo: start %s %q: %w", name, strings.Join(argv, " "), err)
+	}
 	t.procs = append(t.procs, p)
 	t.log.Debug("process started", "name", name, "ns", ns, "pid", cmd.Process.Pid, "argv", argv)
 	return p, nil
