@@ -76,6 +76,8 @@ func cmdRun(args []string) error {
 	disableFeatures := fs.String("disable-features", "", "more Chromium features to turn off, comma-separated (e.g. HappyEyeballsV3)")
 	fs.DurationVar(&c.PageTimeout, "page-timeout", c.PageTimeout, "time limit of one page load")
 	fs.DurationVar(&c.Settle, "settle", c.Settle, "quiet network time after onload before the next page")
+	fs.DurationVar(&c.SettleMax, "settle-max", c.SettleMax, "longest wait for the quiet after onload")
+	fs.BoolVar(&c.SplitModes, "split-modes", false, "one testbed per (profile, run, mode), so that -parallel covers the modes too")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "link emulator: auto, tc or userspace")
 	fs.StringVar(&c.Bin, "bin", "", "folder with pepd and pepctl (default: this program's folder)")
 	fs.StringVar(&c.Chromium, "chromium", "chromium", "Chromium binary")

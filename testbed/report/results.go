@@ -107,7 +107,10 @@ type RunConfig struct {
 	Command         string    `json:"command"`
 	SquidCache      string    `json:"squid_cache"` // what "cold" means: how the cache was emptied
 	PageTimeout     string    `json:"page_timeout"`
-	Parallel        int       `json:"parallel"` // testbeds run at once, one per (profile, run)
+	Parallel        int       `json:"parallel"`    // testbeds run at once, one per (profile, run)
+	SplitModes      bool      `json:"split_modes"` // one testbed per (profile, run, mode) instead
+	Settle          string    `json:"settle"`      // quiet network time awaited after onload
+	SettleMax       string    `json:"settle_max"`  // longest wait for it
 }
 
 // Results is the content of results.json.

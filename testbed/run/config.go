@@ -50,8 +50,8 @@ type Config struct {
 	// (browser.Options.DisableFeatures).
 	DisableFeatures []string
 	// PageTimeout bounds one page load; Settle is the quiet time after
-	// onload (browser.Options).
-	PageTimeout, Settle time.Duration
+	// onload and SettleMax the longest wait for it (browser.Options).
+	PageTimeout, Settle, SettleMax time.Duration
 	// Backend is the link emulator backend: "auto", "tc" or "userspace".
 	Backend string
 	// Bin is the folder with pepd and pepctl; "" means the folder of the
@@ -64,6 +64,9 @@ type Config struct {
 	// every mode in turn. More than 1 shortens an experiment on link-bound
 	// profiles, at the price of CPU contention between the browsers.
 	Parallel int
+	// SplitModes gives every (profile, run, mode) session a testbed of
+	// its own, so that the modes of a run can run in parallel too.
+	SplitModes bool
 	// Command is the command line, recorded in results.json.
 	Command string
 }
@@ -74,7 +77,7 @@ func Default() Config {
 	return Config{
 		Corpus: "default", Profiles: []string{"paper-average", "paper-congested"},
 		Modes: slices.Clone(Modes), Runs: 3, Out: "testbed-out", Resolver: browser.ResolverBuiltin,
-		PageTimeout: 3 * time.Minute, Settle: 500 * time.Millisecond, Backend: "auto", Parallel: 1,
+		PageTimeout: 3 * time.Minute, Settle: 500 * time.Millisecond, SettleMax: 10 * time.Second, Backend: "auto", Parallel: 1,
 	}
 }
 
@@ -130,6 +133,6 @@ func (c Config) LogValue() slog.Value {
 		slog.String("out", c.Out), slog.Bool("warm", c.Warm), slog.String("resolver", string(c.Resolver)), slog.Bool("https_rr", c.HTTPSRR), slog.Bool("unpartitioned", c.Unpartitioned),
 		slog.String("disable_features", strings.Join(c.DisableFeatures, ",")),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
-		slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel),
+		slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),
 	)
 }

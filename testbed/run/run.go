@@ -80,7 +80,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		Backend: c.Backend, VIP: "192.0.2.12", Origins: plan.Prefix.String(), Started: time.Now(),
 		Command: c.Command, PageTimeout: c.PageTimeout.String(),
 		SquidCache: "cold: Squid restarted on an empty cache folder before every (mode, run) session",
-		Parallel:   c.Parallel,
+		Parallel:   c.Parallel, SplitModes: c.SplitModes, Settle: c.Settle.String(), SettleMax: c.SettleMax.String(),
 	}}
 	if c.Warm {
 		res.Config.SquidCache = "warm: Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session"
@@ -124,15 +124,23 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		bar.Add(1)
 	}
 
-	// One testbed per (profile, run): units run c.Parallel at a time.
+	// One testbed per (profile, run), or per (profile, run, mode) with
+	// SplitModes: units run c.Parallel at a time.
 	type unit struct {
-		prof netem.Profile
-		run  int
+		prof  netem.Profile
+		run   int
+		modes []string
 	}
 	var units []unit
 	for run := 1; run <= c.Runs; run++ {
 		for _, p := range profs {
-			units = append(units, unit{p, run})
+			if c.SplitModes {
+				for _, m := range c.Modes {
+					units = append(units, unit{p, run, []string{m}})
+				}
+			} else {
+				units = append(units, unit{p, run, c.Modes})
+			}
 		}
 	}
 	sem := make(chan struct{}, c.Parallel)
@@ -153,7 +161,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 			if ctx.Err() != nil {
 				return
 			}
-			errs[i] = runUnit(ctx, c, u.prof, u.run, wired, corp, plan, log, save, step)
+			errs[i] = runUnit(ctx, c, u.prof, u.run, u.modes, wired, corp, plan, log, save, step)
 			if errs[i] != nil && ctx.Err() == nil {
 				log.Error("testbed failed, stopping the others", "profile", u.prof.Name, "run", u.run, "err", errs[i])
 				cancel() // one broken testbed ends the experiment
@@ -181,22 +189,25 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// runUnit builds one testbed for prof and runs every mode's session of
-// one run on it, in the order of c.Modes.
-func runUnit(ctx context.Context, c Config, prof netem.Profile, run int, wired *netem.Profile, corp *corpus.Corpus, plan *corpus.Plan,
+// runUnit builds one testbed for prof and runs the sessions of one run in
+// modes on it, in order.
+func runUnit(ctx context.Context, c Config, prof netem.Profile, run int, modes []string, wired *netem.Profile, corp *corpus.Corpus, plan *corpus.Plan,
 	log *slog.Logger, save func(recs []report.Record, backend, ua string) error, step func(string)) error {
 	logs := filepath.Join(c.Out, "logs", prof.Name, fmt.Sprintf("run%d", run))
+	if c.SplitModes {
+		logs = filepath.Join(logs, modes[0])
+	}
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	needPEP := slices.ContainsFunc(c.Modes, NeedsPEP)
+	needPEP := slices.ContainsFunc(modes, NeedsPEP)
 	bed, err := NewBed(ctx, c, BedOptions{Profile: prof, Wired: wired, Corpus: corp, Plan: plan, NeedPEP: needPEP, Logs: logs},
 		log.With("run", run))
 	if err != nil {
 		return err
 	}
 	defer bed.Close()
-	for _, m := range c.Modes {
+	for _, m := range modes {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -218,7 +229,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 	}
 	bopts := browser.Options{
 		NS: bed.Topo.Config.MNNS(), ExecPath: c.Chromium, Resolver: c.Resolver,
-		PageTimeout: c.PageTimeout, Settle: c.Settle, IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned,
+		PageTimeout: c.PageTimeout, Settle: c.Settle, SettleMax: c.SettleMax, IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned,
 		DisableFeatures: c.DisableFeatures, ProfileDir: bed.work, Log: bed.log.With("mode", m, "run", run),
 	}
 	if NeedsPEP(m) {
