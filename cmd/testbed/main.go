@@ -83,6 +83,7 @@ func cmdRun(args []string) error {
 	fs.StringVar(&c.Chromium, "chromium", "chromium", "Chromium binary")
 	fs.IntVar(&c.Parallel, "parallel", 1, "testbeds at once, one per (profile, run)")
 	quiet := fs.Bool("q", false, "no progress bar and no report on stdout")
+	topology := addTopologyFlags(fs)
 	fs.Parse(args)
 	if fs.NArg() > 0 {
 		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
@@ -99,7 +100,11 @@ func cmdRun(args []string) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	if os.Geteuid() != 0 {
+	external, err := topology.external()
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 && !external {
 		return errors.New("run: needs root (network namespaces, nftables, AF_PACKET)")
 	}
 	if err := os.MkdirAll(c.Out, 0o755); err != nil {
@@ -122,7 +127,9 @@ func cmdRun(args []string) error {
 		c.Corpus, c.Pages, strings.Join(c.Profiles, ","), c.Wired, strings.Join(c.Modes, ","), c.Runs, c.Resolver, c.HTTPSRR, c.Unpartitioned, strings.Join(c.DisableFeatures, ","), c.Warm,
 		c.Backend, c.PageTimeout, c.Settle, c.Parallel, c.Out)
 
-	if removed, err := topo.Sweep(); err != nil {
+	if external {
+		// Nothing of ours to sweep: the topology is not ours.
+	} else if removed, err := topo.Sweep(); err != nil {
 		log.Warn("sweeping leftovers of killed runs", "err", err)
 	} else if len(removed) > 0 {
 		log.Warn("removed leftovers of killed runs", "paths", removed)
@@ -135,7 +142,7 @@ func cmdRun(args []string) error {
 		progress = nil
 	}
 	start := time.Now()
-	res, runErr := run.Run(ctx, c, log, progress)
+	res, runErr := topology.run(ctx, c, log, progress)
 	if res != nil && len(res.Records) > 0 {
 		md, err := report.Generate(res, c.Out)
 		if err != nil {
