@@ -2,13 +2,65 @@
 # Entry point of pep's compose testbed containers: sets up DESIGN.md's
 # addresses on the interfaces compose gave the container, then runs the
 # role. Roles: core, linkem, gateway, client. Environment (docker-compose.yml):
-#   PROFILE  radio profile (linkem), MODES, RUNS, PAGES, CORPUS (client)
+#   PROFILE  radio profile (linkem, client), MODES, RUNS, PAGES, CORPUS (client)
 set -eu
 role=${1:?role}
 log() { echo "pep-$role: $*" >&2; }
 
 # ifname_for ADDR: the interface holding ADDR (compose's static addresses).
 ifname_for() { ip -o -4 addr show | awk -v a="$1" '$4 ~ "^"a"/" {print $2; exit}'; }
+
+# The gateway hook: the runner (testbed run -topology external -gw-hook)
+# writes "ID COMMAND" to $hook, this loop runs it once and answers "ID ok"
+# or "ID failed: REASON" in $hook.done. Commands:
+#   steering off   direct mode: pep's nftables table removed, so subscriber
+#                  traffic is plainly forwarded (no pepd, no Squid, DNS to
+#                  the carrier resolver): the testbed without the appliance
+#   steering on    the table loaded again; waits until the DNS guard has
+#                  put DNS back in dns_alive (else the first queries of a dns
+#                  mode session would bypass pepd)
+#   squid cold     Squid shut down, its cache folder emptied (squid -z) and
+#                  started again: an empty disk and memory cache
+hook=/run/pep/gw-hook
+squid_conf=/etc/squid/squid.conf
+wait_for() { # wait_for TENTHS CMD...: run CMD every 0.1 s until it succeeds
+	n=$1; shift
+	while ! "$@" >/dev/null 2>&1; do n=$((n - 1)); [ "$n" -gt 0 ] || return 1; sleep 0.1; done
+}
+squid_gone() { ! pgrep -x squid; }
+squid_listens() { ss -Hltn 'sport = :3128' | grep -q LISTEN; }
+dns_armed() { nft list set ip pep dns_alive | grep -q 'elements'; }
+gw_run() {
+	case $1 in
+	"steering off")
+		if nft list table ip pep >/dev/null 2>&1; then nft delete table ip pep 2>&1 || return 1; fi ;;
+	"steering on")
+		nft -f /run/pep-gateway.nft 2>&1 || return 1
+		wait_for 100 dns_armed || { echo "dns_alive still empty after 10 s"; return 1; } ;;
+	"squid cold")
+		squid -k shutdown -f "$squid_conf" 2>&1 || true
+		wait_for 600 squid_gone || { echo "squid did not stop in 60 s"; return 1; }
+		rm -rf /var/spool/squid/* /run/squid.pid
+		squid -z -N -f "$squid_conf" >/dev/null 2>&1 || { echo "squid -z failed"; return 1; }
+		squid -f "$squid_conf" 2>&1 || return 1
+		wait_for 300 squid_listens || { echo "squid not listening on 3128 after 30 s"; return 1; } ;;
+	*) echo "unknown command"; return 1 ;;
+	esac
+}
+gw_hook() {
+	last=""
+	while :; do
+		req=$(cat "$hook" 2>/dev/null || true)
+		if [ -n "$req" ] && [ "$req" != "$last" ]; then
+			last=$req
+			id=${req%% *}; cmd=${req#* }
+			if out=$(gw_run "$cmd"); then ans="$id ok"; else ans="$id failed: $(echo "$out" | tr '\n' ' ')"; fi
+			log "hook: $cmd: ${ans#* }"
+			echo "$ans" >"$hook.done.tmp" && mv "$hook.done.tmp" "$hook.done"
+		fi
+		sleep 0.1
+	done
+}
 
 case $role in
 core)
@@ -28,7 +80,8 @@ linkem)
 	ip addr flush dev "$a"; ip addr flush dev "$b"
 	for i in "$a" "$b"; do ethtool -K "$i" gro off gso off tso off 2>/dev/null || true; done
 	log "radio link $a <-> $b, profile ${PROFILE:-paper-average}"
-	exec pepnetem run -a "$a" -b "$b" -every 10s "/usr/share/pep/profiles/${PROFILE:-paper-average}.yaml"
+	# Counters for the runner on the ctl network, off the measured path.
+	exec pepnetem run -a "$a" -b "$b" -every 10s -metrics 10.99.0.3:9102 "/usr/share/pep/profiles/${PROFILE:-paper-average}.yaml"
 	;;
 gateway)
 	r=$(ifname_for 198.18.0.129); w=$(ifname_for 198.18.1.1)
@@ -47,6 +100,7 @@ gateway)
 		-cache-dir-mb 512 -cache-mem-mb 64 > /etc/squid/squid.conf
 	squid -z -N -f /etc/squid/squid.conf >/dev/null 2>&1 || true
 	squid -f /etc/squid/squid.conf
+	gw_hook &
 	exec pepd -config /etc/pep/configs/pepd.yaml -squid 127.0.0.1:3128 \
 		-tproxy-listen :3130 -admin-listen 0.0.0.0:9090
 	;;
@@ -56,31 +110,15 @@ client)
 	ip route replace default via 198.18.0.1
 	echo "nameserver 198.18.1.2" > /etc/resolv.conf
 	mkdir -p /out
-	# The runner drives an existing topology: modes through pepd's admin
-	# API, link counters from the emulator (docs/operations.md section 8).
-	if testbed run -h 2>&1 | grep -q -- '-topology'; then
-		exec testbed run -topology external -gw-admin http://198.18.1.1:9090 \
-			-corpus "${CORPUS:-default}" -profile "${PROFILE:-paper-average}" \
-			-modes "${MODES:-direct,off,dns,url}" -runs "${RUNS:-1}" -pages "${PAGES:-}" -out /out
-	fi
-	# Until then, a smoke: every page host of the corpus (core's dnsmasq
-	# hosts file, shared), fetched through the radio link and the gateway in
-	# each of pepd's modes, with curl's timings.
-	log "testbed run has no -topology external: running the smoke load instead"
-	while [ ! -s /run/pep/dnsmasq.conf.hosts ]; do sleep 0.2; done
-	hosts=$(awk '$1 ~ /^198\.19\./ && $2 ~ /^www\./ {print $2}' /run/pep/dnsmasq.conf.hosts | head -n "${SMOKE_HOSTS:-5}")
-	{
-		echo "# compose smoke: profile ${PROFILE:-paper-average}"
-		echo
-		echo "| mode | page | HTTP status | bytes | X-Cache (Squid) | connect (s) | total (s) |"
-		echo "|---|---|---|---|---|---|---|"
-		for m in off dns url; do
-			pepctl -admin 198.18.1.1:9090 mode "$m" >/dev/null 2>&1 || log "pepctl mode $m failed"
-			for h in $hosts; do
-				curl -s -o /dev/null --max-time 60 -w "| $m | $h | %{http_code} | %{size_download} | %header{x-cache} | %{time_connect} | %{time_total} |\n" "http://$h/" || echo "| $m | $h | failed | | | |"
-			done
-		done
-	} | tee /out/report.md
+	# The runner drives the containers (testbed run -topology external):
+	# Chromium here, modes through pepd's admin API and the gateway hook,
+	# link counters from the emulator; control traffic on the ctl network.
+	wait_for 600 curl -sf http://10.99.0.4:9090/mode || { log "pepd's admin API did not answer in 60 s"; exit 1; }
+	wait_for 600 curl -sf http://10.99.0.3:9102/metrics || { log "the link emulator's metrics did not answer in 60 s"; exit 1; }
+	exec testbed run -topology external -gw-admin http://10.99.0.4:9090 \
+		-link-metrics http://10.99.0.3:9102/metrics -gw-hook "$hook" \
+		-corpus "${CORPUS:-default}" -profile "${PROFILE:-paper-average}" \
+		-modes "${MODES:-direct,off,dns,url}" -runs "${RUNS:-1}" -pages "${PAGES:-}" -out /out
 	;;
 *)
 	log "unknown role"; exit 2 ;;
