@@ -126,6 +126,14 @@ type DNS struct {
 	// RRset, one TTL): "rrset" (all records at vip_ttl), "origin" (all at
 	// the origin's TTL), "min" (all at the lower of both). Default "rrset".
 	TTLPolicy string `yaml:"ttl_policy"`
+	// Origins says what happens to the origin addresses of a rewritten A
+	// (or AAAA) RRset: "keep" puts them after the VIP, so that a phone that
+	// roamed away from the VIP falls back to the origin (paper §3.2, §5.3.2);
+	// "drop" answers with the VIP alone. Keeping them costs, at long RTTs, a
+	// second SYN per connection: browsers that race addresses (Chromium's
+	// Happy Eyeballs, 250 ms) try the origin before the VIP's SYN-ACK is back
+	// (testbed/README.md). Default "keep".
+	Origins string `yaml:"origins"`
 	// AAAA for rewritten names: "pass", "filter" or "vip6". Default "filter".
 	AAAA string `yaml:"aaaa"`
 	// HTTPSRecords (type 65) for rewritten names: "filter" or "hints".
@@ -198,7 +206,7 @@ func Default() Config {
 		HTTP: HTTP{MaxHeaderBytes: 32 << 10, ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout: 120 * time.Second, UpstreamTimeout: 60 * time.Second,
 			MaxConns: 10000, HostMismatch: "direct"},
-		DNS: DNS{VIPTTL: 24 * time.Hour, TTLPolicy: "rrset", AAAA: "filter",
+		DNS: DNS{VIPTTL: 24 * time.Hour, TTLPolicy: "rrset", Origins: "keep", AAAA: "filter",
 			HTTPSRecords: "filter", Timeout: 2 * time.Second, Attempts: 3, MaxInflight: 1024},
 		Rewrite: Rewrite{MaxBodyBytes: 8 << 20},
 		Guard:   Guard{AllowedPorts: []uint16{80}},
@@ -418,6 +426,8 @@ func (c *Config) Validate() error {
 		return field.Errorf("dns.vip_ttl", "%v is not a whole number of seconds", d.VIPTTL)
 	case !oneOf(d.TTLPolicy, "rrset", "origin", "min"):
 		return field.Errorf("dns.ttl_policy", "%q is not one of rrset, origin, min", d.TTLPolicy)
+	case !oneOf(d.Origins, "keep", "drop"):
+		return field.Errorf("dns.origins", "%q is not one of keep, drop", d.Origins)
 	case !oneOf(d.AAAA, "pass", "filter", "vip6"):
 		return field.Errorf("dns.aaaa", "%q is not one of pass, filter, vip6", d.AAAA)
 	case d.AAAA == "vip6" && !c.VIP6.IsValid():

@@ -57,6 +57,7 @@ func TestErrors(t *testing.T) {
 		{"header too large", "http:\n  max_header_bytes: 1MiB\n", `bad.yaml:2: http.max_header_bytes: 1048576 is outside 1KiB..64KiB`},
 		{"bad size", "http:\n  max_header_bytes: lots\n", `bad.yaml:2: http.max_header_bytes: "lots" is not a size`},
 		{"bad duration", "dns:\n  vip_ttl: forever\n", `bad.yaml:2: dns.vip_ttl: cannot unmarshal !!str ` + "`forever`" + ` into time.Duration`},
+		{"bad origins", "dns:\n  origins: hide\n", `bad.yaml:2: dns.origins: "hide" is not one of keep, drop`},
 		{"bad ttl policy", "dns:\n  ttl_policy: lowest\n", `bad.yaml:2: dns.ttl_policy: "lowest" is not one of rrset, origin, min`},
 		{"vip6 needed", "dns:\n  aaaa: vip6\n", `bad.yaml:2: dns.aaaa: vip6 needs the top-level vip6 address`},
 		{"bad suffix", "dns:\n  rewrite_domains:\n    - cnn.com\n    - \"bad domain\"\n", `bad.yaml:4: dns.rewrite_domains.1: "bad domain" is not a domain suffix`},

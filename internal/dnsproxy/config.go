@@ -33,6 +33,9 @@ type Options struct {
 	VIPTTL time.Duration
 	// TTLPolicy is TTLRRset, TTLOrigin or TTLMin.
 	TTLPolicy string
+	// Origins is OriginsKeep (default when empty) or OriginsDrop: whether a
+	// rewritten RRset keeps the origin addresses after the VIP.
+	Origins string
 	// AAAA is AAAAPass, AAAAFilter or AAAAVIP6.
 	AAAA string
 	// HTTPSRecords is HTTPSFilter or HTTPSHints.
@@ -62,7 +65,7 @@ func OptionsFrom(c *config.Config) Options {
 		VIP: c.VIP, VIP6: c.VIP6, Resolvers: c.Resolvers,
 		RewriteDomains: d.RewriteDomains, RewriteDomainsFile: d.RewriteDomainsFile,
 		RewriteWWW: d.RewriteWWW, Exclude: d.Exclude,
-		VIPTTL: d.VIPTTL, TTLPolicy: d.TTLPolicy, AAAA: d.AAAA, HTTPSRecords: d.HTTPSRecords,
+		VIPTTL: d.VIPTTL, TTLPolicy: d.TTLPolicy, Origins: d.Origins, AAAA: d.AAAA, HTTPSRecords: d.HTTPSRecords,
 		Timeout: d.Timeout, Attempts: d.Attempts, MaxInflight: d.MaxInflight,
 	}
 }

@@ -69,7 +69,7 @@ func New(o Options) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{opts: o, up: up, guard: o.Guard, mode: o.Mode, log: o.Logger, m: m,
-		rw: Rewriter{VIP: o.VIP, VIP6: o.VIP6, VIPTTL: o.VIPTTL, TTL: o.TTLPolicy, AAAA: o.AAAA, HTTPS: o.HTTPSRecords}}
+		rw: Rewriter{VIP: o.VIP, VIP6: o.VIP6, VIPTTL: o.VIPTTL, TTL: o.TTLPolicy, Origins: o.Origins, AAAA: o.AAAA, HTTPS: o.HTTPSRecords}}
 	p.policy.Store(pol)
 	return p, nil
 }

@@ -25,6 +25,12 @@ const (
 	AAAAVIP6   = "vip6"   // VIP6 put first, like the VIP in A answers
 )
 
+// Rewriter.Origins values (config dns.origins).
+const (
+	OriginsKeep = "keep" // origin addresses after the VIP: roaming fallback (paper §3.2)
+	OriginsDrop = "drop" // the VIP alone: no address for a browser to race
+)
+
 // HTTPS (type 65) policies for rewritten names (config dns.https_records).
 const (
 	HTTPSFilter = "filter" // HTTPS records removed: the answer becomes NODATA
@@ -58,6 +64,8 @@ type Rewriter struct {
 	VIPTTL time.Duration
 	// TTL is one of TTLRRset, TTLOrigin, TTLMin.
 	TTL string
+	// Origins is OriginsKeep ("" means keep) or OriginsDrop.
+	Origins string
 	// AAAA is one of AAAAPass, AAAAFilter, AAAAVIP6.
 	AAAA string
 	// HTTPS is one of HTTPSFilter, HTTPSHints.
@@ -197,7 +205,8 @@ func (r *Rewriter) ttlFor(origin uint32) uint32 {
 }
 
 // addresses puts vip first in the RRset of type t (A or AAAA) owned by
-// final, keeping the origin records after it.
+// final, keeping the origin records after it unless r.Origins is
+// OriginsDrop.
 func (r *Rewriter) addresses(resp *dns.Msg, copyOf func(*dns.Msg) *dns.Msg, final string, t uint16, vip netip.Addr) (*dns.Msg, string) {
 	first := slices.IndexFunc(resp.Answer, func(rr dns.RR) bool { return owned(rr, final, t) })
 	if first < 0 {
@@ -229,7 +238,10 @@ func (r *Rewriter) addresses(resp *dns.Msg, copyOf func(*dns.Msg) *dns.Msg, fina
 	for _, rr := range origins {
 		rr.Header().Ttl = ttl
 	}
-	set := append([]dns.RR{vrr}, origins...)
+	set := []dns.RR{vrr}
+	if r.Origins != OriginsDrop {
+		set = append(set, origins...)
+	}
 	// The rewritten RRset takes the place of the first origin record, so
 	// that everything before it (the CNAME chain) keeps its order.
 	pos := 0

@@ -48,6 +48,16 @@ func TestRewrite(t *testing.T) {
 				return answer(t, q, "www.foo.com. 10 IN A 198.19.0.10", "www.foo.com. 30 IN A 198.19.0.11")
 			},
 			[]string{"www.foo.com. 86400 IN A 192.0.2.12", "www.foo.com. 86400 IN A 198.19.0.10", "www.foo.com. 86400 IN A 198.19.0.11"}, ""},
+		{"A origins drop: the VIP alone", func(r *Rewriter) { r.Origins = OriginsDrop }, query("www.foo.com.", dns.TypeA, true, false),
+			func(q *dns.Msg) *dns.Msg {
+				return answer(t, q, "www.foo.com. 10 IN A 198.19.0.10", "www.foo.com. 30 IN A 198.19.0.11")
+			},
+			[]string{"www.foo.com. 86400 IN A 192.0.2.12"}, ""},
+		{"CNAME chain, origins drop: chain kept, VIP alone at its end", func(r *Rewriter) { r.Origins = OriginsDrop }, query("www.foo.com.", dns.TypeA, true, false),
+			func(q *dns.Msg) *dns.Msg {
+				return answer(t, q, "www.foo.com. 60 IN CNAME edge.cdn.net.", "edge.cdn.net. 10 IN A 198.19.0.10")
+			},
+			[]string{"www.foo.com. 60 IN CNAME edge.cdn.net.", "edge.cdn.net. 86400 IN A 192.0.2.12"}, ""},
 		{"A ttl_policy min: lowest origin TTL", func(r *Rewriter) { r.TTL = TTLMin }, query("www.foo.com.", dns.TypeA, true, false),
 			func(q *dns.Msg) *dns.Msg {
 				return answer(t, q, "www.foo.com. 30 IN A 198.19.0.10", "www.foo.com. 10 IN A 198.19.0.11")
