@@ -12,7 +12,7 @@ export GOFLAGS
 
 # Debian packages the tests and the testbed need; installed when missing.
 DEB_PKGS := squid dnsmasq dnsutils chromium nftables iproute2 iptables ethtool \
-            dnsperf wrk procps ca-certificates docker-compose prometheus
+            dnsperf wrk procps ca-certificates docker-compose prometheus haproxy
 
 .PHONY: help build test test-unit deps vet fmt clean bench
 
