@@ -75,6 +75,98 @@ func startForwarder(b *testing.B, upstream string) string {
 	return l.Addr().String()
 }
 
+// haproxy is an HAProxy process with an HTTP and a TCP frontend, both in
+// front of one upstream.
+type haproxy struct {
+	HTTP, TCP string // listen addresses (host:port)
+	Threads   int    // nbthread
+	pid       int
+}
+
+// startHAProxy runs haproxy (apt-get install -y haproxy) in the foreground
+// (-db) in front of upstream with nbthread threads, until the benchmark
+// ends, or returns nil if haproxy is not installed. The HTTP frontend is
+// `mode http` with keep-alive on both sides and `http-reuse never`: each
+// client connection gets its own upstream connection, kept for its
+// requests (what pepd's relay does with its pinned upstream connections);
+// the request line, absolute URI included, is passed on as received. The
+// TCP frontend is `mode tcp`, a byte relay in C without splicing (the
+// floor for a C proxy, as startForwarder is for Go).
+func startHAProxy(b *testing.B, upstream string, nbthread int) *haproxy {
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		if bin, err = exec.LookPath("/usr/sbin/haproxy"); err != nil {
+			return nil
+		}
+	}
+	h := &haproxy{HTTP: "127.0.0.1:" + freePort(b), TCP: "127.0.0.1:" + freePort(b), Threads: nbthread}
+	conf := fmt.Sprintf(`global
+	nbthread %d
+	maxconn 1000
+defaults
+	timeout connect 5s
+	timeout client 60s
+	timeout server 60s
+frontend fe_http
+	mode http
+	bind %s
+	option http-keep-alive
+	default_backend be_http
+backend be_http
+	mode http
+	option http-keep-alive
+	http-reuse never
+	server squid %s
+frontend fe_tcp
+	mode tcp
+	bind %s
+	default_backend be_tcp
+backend be_tcp
+	mode tcp
+	server squid %s
+`, nbthread, h.HTTP, upstream, h.TCP, upstream)
+	path := filepath.Join(b.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-db", "-f", path)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	h.pid = cmd.Process.Pid
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	b.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	// Readiness: haproxy binds both frontends before it accepts on either.
+	deadline := time.Now().Add(30 * time.Second)
+	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
+		select {
+		case err := <-exited:
+			b.Fatalf("haproxy exited: %v\n%s", err, out.String())
+		default:
+		}
+		if c, err := net.Dial("tcp", h.TCP); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("haproxy did not start listening within 30s")
+		}
+		time.Sleep(delay)
+	}
+	return h
+}
+
 var wrkRequestsRE = regexp.MustCompile(`(\d+) requests in`)
 
 // runWrk runs wrk with a Lua script setting path and Host, and returns the
@@ -131,6 +223,17 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 		rounds = s
 	}
 	withStd := os.Getenv("PEP_BENCH_STDLIB") != "0"
+	threads := []int{1}
+	if v := os.Getenv("PEP_BENCH_HAPROXY_THREADS"); v != "" {
+		threads = nil
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("PEP_BENCH_HAPROXY_THREADS %q: want a comma-separated list of thread counts", v)
+			}
+			threads = append(threads, n)
+		}
+	}
 	pages := map[string]page{"img.cdn.test/logo.png": {ctype: "image/png", body: strings.Repeat("x", 10<<10)}}
 	ns := startDNS(b, siteRecords)
 	o := startOrigin(b, originIP, pages)
@@ -150,13 +253,29 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 				subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{port}}
 			relay := startPepd(b, opts)
 			fwd := startForwarder(b, plain)
+			var haps []*haproxy
+			for _, n := range threads {
+				h := startHAProxy(b, plain, n)
+				if h == nil {
+					b.Logf("%s: haproxy not installed (apt-get install -y haproxy): no haproxy rows", name)
+					break
+				}
+				haps = append(haps, h)
+			}
 			opts.stdlib = true
 			std := startPepd(b, opts)
 			abs := "http://img.cdn.test:" + o.Port + "/logo.png"
+			// HAProxy refuses an absolute URI whose authority differs from
+			// Host (RFC 9112 section 3.2.2), so its phases send the
+			// authority as Host, as a browser talking to a proxy does.
+			absHost := "img.cdn.test:" + o.Port
 			vipPath := "/img.cdn.test:" + o.Port + "/logo.png"
 			// Warm: fill the cache and pepd's resolver cache.
 			runWrk(b, plain, abs, "", time.Second, 2)
 			runWrk(b, relay.Addr, vipPath, testVIP.String(), time.Second, 2)
+			for _, h := range haps {
+				runWrk(b, h.HTTP, abs, absHost, time.Second, 2)
+			}
 			if withStd {
 				runWrk(b, std.Addr, vipPath, testVIP.String(), time.Second, 2)
 			}
@@ -167,14 +286,17 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 				n          int
 				squid, pep time.Duration
 			}
-			run := func(addr, path, host string) phase {
-				s0, p0 := procCPU(b, squidPid), procCPU(b, self)
+			// run counts the CPU of Squid and of the proxy process pid (this
+			// process for pepd and the Go forwarder, haproxy for its rows).
+			run := func(pid int, addr, path, host string) phase {
+				s0, p0 := procCPU(b, squidPid), procCPU(b, pid)
 				n := runWrk(b, addr, path, host, d, 8)
-				return phase{n, procCPU(b, squidPid) - s0, procCPU(b, self) - p0}
+				return phase{n, procCPU(b, squidPid) - s0, procCPU(b, pid) - p0}
 			}
 			us := func(t time.Duration, n int) float64 { return float64(t) / float64(n) / 1e3 }
 			type result struct{ alone, squid, pep, ratio, rate float64 }
 			var relayRes, stdRes, fwdRes []result
+			hapHTTP, hapTCP := make([][]result, len(haps)), make([][]result, len(haps))
 			measure := func(alone phase, ph phase) result {
 				a := us(alone.squid, alone.n)
 				sqd, pep := us(ph.squid, ph.n), us(ph.pep, ph.n)
@@ -182,11 +304,15 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			}
 			b.ResetTimer()
 			for range rounds {
-				alone := run(plain, abs, "")
-				relayRes = append(relayRes, measure(alone, run(relay.Addr, vipPath, testVIP.String())))
-				fwdRes = append(fwdRes, measure(alone, run(fwd, abs, "")))
+				alone := run(self, plain, abs, "")
+				relayRes = append(relayRes, measure(alone, run(self, relay.Addr, vipPath, testVIP.String())))
+				fwdRes = append(fwdRes, measure(alone, run(self, fwd, abs, "")))
 				if withStd {
-					stdRes = append(stdRes, measure(alone, run(std.Addr, vipPath, testVIP.String())))
+					stdRes = append(stdRes, measure(alone, run(self, std.Addr, vipPath, testVIP.String())))
+				}
+				for i, h := range haps {
+					hapHTTP[i] = append(hapHTTP[i], measure(alone, run(h.pid, h.HTTP, abs, absHost)))
+					hapTCP[i] = append(hapTCP[i], measure(alone, run(h.pid, h.TCP, abs, "")))
 				}
 			}
 			b.StopTimer()
@@ -206,6 +332,10 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			report("relay", relayRes)
 			report("stdlib", stdRes)
 			report("forwarder", fwdRes)
+			for i, h := range haps {
+				report(fmt.Sprintf("haproxy-http-t%d", h.Threads), hapHTTP[i])
+				report(fmt.Sprintf("haproxy-tcp-t%d", h.Threads), hapTCP[i])
+			}
 			b.Logf("%s upstream connections the relay opened: %v (8 per wrk run)", name, testutilValue(relay.M.upstreamConns))
 		})
 	}
