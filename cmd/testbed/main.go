@@ -73,6 +73,7 @@ func cmdRun(args []string) error {
 	resolver := fs.String("resolver", string(c.Resolver), "Chromium's resolver: builtin (AsyncDns) or system (getaddrinfo)")
 	fs.BoolVar(&c.HTTPSRR, "https-rr", false, "let Chromium ask for HTTPS records (type 65) beside A records")
 	fs.BoolVar(&c.Unpartitioned, "unpartitioned", false, "turn off Chromium's partitioning of connections and host cache by top-level site")
+	fs.StringVar(&c.DNSOrigins, "dns-origins", "", "pepd's dns.origins: keep (origins after the VIP) or drop (the VIP alone); default keep")
 	disableFeatures := fs.String("disable-features", "", "more Chromium features to turn off, comma-separated (e.g. HappyEyeballsV3)")
 	fs.DurationVar(&c.PageTimeout, "page-timeout", c.PageTimeout, "time limit of one page load")
 	fs.DurationVar(&c.Settle, "settle", c.Settle, "quiet network time after onload before the next page")

@@ -23,6 +23,9 @@ func Markdown(r *Results, plots map[string][]string) []byte {
 		part = "not partitioned (PartitionConnectionsByNetworkIsolationKey and SplitHostCacheByNetworkAnonymizationKey off)"
 	}
 	fmt.Fprintf(&b, "- Chromium resolver: %s; HTTPS records asked: %v; connections and host cache %s\n", c.Resolver, c.HTTPSRR, part)
+	if c.DNSOrigins != "" {
+		fmt.Fprintf(&b, "- pepd dns.origins: %s\n", c.DNSOrigins)
+	}
 	if len(c.DisableFeatures) > 0 {
 		fmt.Fprintf(&b, "- Chromium features also turned off: %s\n", strings.Join(c.DisableFeatures, ", "))
 	}

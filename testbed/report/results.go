@@ -96,21 +96,23 @@ type RunConfig struct {
 	// partitioned by top-level site (they are by default).
 	Unpartitioned bool `json:"unpartitioned"`
 	// DisableFeatures are further Chromium features the run turned off.
-	DisableFeatures []string  `json:"disable_features,omitempty"`
-	Warm            bool      `json:"warm"`
-	Backend         string    `json:"link_backend"`
-	Browser         string    `json:"browser"` // user agent
-	VIP             string    `json:"vip"`
-	Origins         string    `json:"origins"` // origin address block
-	Started         time.Time `json:"started"`
-	Finished        time.Time `json:"finished"`
-	Command         string    `json:"command"`
-	SquidCache      string    `json:"squid_cache"` // what "cold" means: how the cache was emptied
-	PageTimeout     string    `json:"page_timeout"`
-	Parallel        int       `json:"parallel"`    // testbeds run at once, one per (profile, run)
-	SplitModes      bool      `json:"split_modes"` // one testbed per (profile, run, mode) instead
-	Settle          string    `json:"settle"`      // quiet network time awaited after onload
-	SettleMax       string    `json:"settle_max"`  // longest wait for it
+	DisableFeatures []string `json:"disable_features,omitempty"`
+	// DNSOrigins is pepd's dns.origins in the run ("" = keep).
+	DNSOrigins  string    `json:"dns_origins,omitempty"`
+	Warm        bool      `json:"warm"`
+	Backend     string    `json:"link_backend"`
+	Browser     string    `json:"browser"` // user agent
+	VIP         string    `json:"vip"`
+	Origins     string    `json:"origins"` // origin address block
+	Started     time.Time `json:"started"`
+	Finished    time.Time `json:"finished"`
+	Command     string    `json:"command"`
+	SquidCache  string    `json:"squid_cache"` // what "cold" means: how the cache was emptied
+	PageTimeout string    `json:"page_timeout"`
+	Parallel    int       `json:"parallel"`    // testbeds run at once, one per (profile, run)
+	SplitModes  bool      `json:"split_modes"` // one testbed per (profile, run, mode) instead
+	Settle      string    `json:"settle"`      // quiet network time awaited after onload
+	SettleMax   string    `json:"settle_max"`  // longest wait for it
 }
 
 // Results is the content of results.json.

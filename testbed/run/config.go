@@ -49,6 +49,10 @@ type Config struct {
 	// DisableFeatures are more Chromium features to turn off
 	// (browser.Options.DisableFeatures).
 	DisableFeatures []string
+	// DNSOrigins is pepd's dns.origins ("keep" or "drop"; "" = pepd's
+	// default, keep): whether dns-mode answers keep the origin addresses
+	// after the VIP.
+	DNSOrigins string
 	// PageTimeout bounds one page load; Settle is the quiet time after
 	// onload and SettleMax the longest wait for it (browser.Options).
 	PageTimeout, Settle, SettleMax time.Duration
@@ -83,6 +87,9 @@ func Default() Config {
 
 // Validate checks c; errors name the field and quote the bad value.
 func (c Config) Validate() error {
+	if c.DNSOrigins != "" && c.DNSOrigins != "keep" && c.DNSOrigins != "drop" {
+		return fmt.Errorf("run: -dns-origins %q is not one of keep, drop", c.DNSOrigins)
+	}
 	if c.Corpus == "" {
 		return fmt.Errorf("run: corpus: empty")
 	}
@@ -132,6 +139,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("modes", strings.Join(c.Modes, ",")), slog.Int("runs", c.Runs),
 		slog.String("out", c.Out), slog.Bool("warm", c.Warm), slog.String("resolver", string(c.Resolver)), slog.Bool("https_rr", c.HTTPSRR), slog.Bool("unpartitioned", c.Unpartitioned),
 		slog.String("disable_features", strings.Join(c.DisableFeatures, ",")),
+		slog.String("dns_origins", c.DNSOrigins),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
 		slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),
 	)

@@ -47,9 +47,12 @@ func binDir(dir string) string {
 
 // PepdConfig renders pepd's configuration for a testbed with the given
 // addresses: mode off at start, Squid with the PROXY protocol, every name
-// rewritten in dns mode, the listeners above. It follows the keys of
-// configs/pepd.yaml.
-func PepdConfig(c topo.Config) []byte {
+// rewritten in dns mode, the listeners above; origins is dns.origins ("":
+// pepd's default). It follows the keys of configs/pepd.yaml.
+func PepdConfig(c topo.Config, origins string) []byte {
+	if origins == "" {
+		origins = "keep"
+	}
 	return fmt.Appendf(nil, `# pepd for the pep testbed %s (written by testbed/run)
 mode: off
 vip: %s
@@ -64,12 +67,13 @@ listen:
   admin: "%s"
 dns:
   rewrite_domains: ["*"]
+  origins: %s
 log:
   level: info
-`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin)
+`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, origins)
 }
 
-func startPEP(ctx context.Context, b *Bed, bin string) (*pep, error) {
+func startPEP(ctx context.Context, b *Bed, bin, origins string) (*pep, error) {
 	dir := binDir(bin)
 	p := &pep{b: b, bin: filepath.Join(dir, "pepd"), pepctl: filepath.Join(dir, "pepctl")}
 	if _, err := os.Stat(p.bin); err != nil {
@@ -80,7 +84,7 @@ func startPEP(ctx context.Context, b *Bed, bin string) (*pep, error) {
 		p.pepctl = ""
 	}
 	conf := filepath.Join(b.work, "pepd.yaml")
-	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config), 0o644); err != nil {
+	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config, origins), 0o644); err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	proc, err := b.Topo.Start("pepd", b.Topo.Config.GWNS(), filepath.Join(b.logs, "pepd.log"), p.bin, "-config", conf)

@@ -93,7 +93,7 @@ func TestRuleset(t *testing.T) {
 // TestPepdConfigLoads checks that the configuration the runner gives pepd
 // is one pepd's own loader accepts, with the values the testbed needs.
 func TestPepdConfigLoads(t *testing.T) {
-	c, err := config.Parse("pepd.yaml", PepdConfig(fixedTopo()))
+	c, err := config.Parse("pepd.yaml", PepdConfig(fixedTopo(), "drop"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +108,7 @@ func TestPepdConfigLoads(t *testing.T) {
 		{"listen.dns", c.Listen.DNS, ":5353"},
 		{"listen.admin", c.Listen.Admin, "127.0.0.1:9090"},
 		{"rewrite_domains", strings.Join(c.DNS.RewriteDomains, ","), "*"},
+		{"dns.origins", c.DNS.Origins, "drop"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s = %q, want %q", tc.name, tc.got, tc.want)
