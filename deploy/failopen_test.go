@@ -375,9 +375,12 @@ func startSquid(t *testing.T, gw *netNS) {
 			os.Chown(d, uid, gid)
 		}
 	}
-	gw.exec(t, "squid", "-z", "-N", "-f", conf)
+	// A service name of its own: Squid names its shared memory segments
+	// (/dev/shm, shared by every namespace) after it.
+	service := fmt.Sprintf("pepfailopen%d", os.Getpid())
+	gw.exec(t, "squid", "-n", service, "-z", "-N", "-f", conf)
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := gw.command(ctx, "squid", "-N", "-f", conf)
+	cmd := gw.command(ctx, "squid", "-n", service, "-N", "-f", conf)
 	cmd.Stdout, cmd.Stderr = tlogWriter{t, "squid"}, tlogWriter{t, "squid"}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +32,10 @@ import (
 )
 
 // testLogger returns a logger writing to t.
+
+// squidSeq numbers the Squids a test process starts (service names).
+var squidSeq atomic.Int32
+
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
@@ -227,10 +232,13 @@ func startSquidExtra(t testing.TB, c SquidConf, extra string) *squid {
 		os.Chmod(dir, 0o755)
 		filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error { return os.Chown(p, uid, gid) })
 	}
-	if out, err := exec.Command(bin, "-z", "-N", "-f", conf).CombinedOutput(); err != nil {
+	// A service name of its own: Squid's shared memory segments are named
+	// after it in /dev/shm, which other tests' Squids share.
+	service := fmt.Sprintf("peptest%d%d", os.Getpid(), squidSeq.Add(1))
+	if out, err := exec.Command(bin, "-n", service, "-z", "-N", "-f", conf).CombinedOutput(); err != nil {
 		t.Fatalf("squid -z: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "-N", "-f", conf)
+	cmd := exec.Command(bin, "-n", service, "-N", "-f", conf)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

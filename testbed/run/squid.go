@@ -27,11 +27,12 @@ const SquidTemplate = "configs/squid.conf"
 // start(cold) with cold set begins from an empty cache: Squid is stopped,
 // its cache folder removed and made again (squid -z), and started.
 type squid struct {
-	b    *Bed
-	dir  string // b.work/squid: conf, cache, pid
-	conf string
-	proc *topo.Proc
-	runs int
+	service string // Squid's -n service name (squidService)
+	b       *Bed
+	dir     string // b.work/squid: conf, cache, pid
+	conf    string
+	proc    *topo.Proc
+	runs    int
 }
 
 // findTemplate looks for configs/squid.conf from the working folder up,
@@ -59,6 +60,21 @@ func findTemplate() (string, error) {
 	return "", fmt.Errorf("run: %s not found from %q or the executable's folder up", SquidTemplate, wd)
 }
 
+// squidService is Squid's service name (-n) for a testbed: letters and
+// digits of the testbed's prefix. Squid names its shared memory segments
+// (/dev/shm/<service>-cf__*.shm, collapsed forwarding) after it, and
+// /dev/shm is not per network namespace: Squids of parallel testbeds with
+// the default name "squid" collide ("shm_open ... File exists").
+func squidService(prefix string) string {
+	b := []byte("pep")
+	for _, c := range []byte(prefix) {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			b = append(b, c)
+		}
+	}
+	return string(b)
+}
+
 func newSquid(b *Bed) (*squid, error) {
 	if _, err := exec.LookPath("squid"); err != nil {
 		return nil, fmt.Errorf("run: squid: %w (apt-get install -y squid)", err)
@@ -71,7 +87,7 @@ func newSquid(b *Bed) (*squid, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
-	s := &squid{b: b, dir: filepath.Join(b.work, "squid")}
+	s := &squid{b: b, dir: filepath.Join(b.work, "squid"), service: squidService(b.Topo.Config.Prefix)}
 	for _, d := range []string{s.dir, filepath.Join(s.dir, "logs")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("run: %w", err)
@@ -136,13 +152,13 @@ func (s *squid) start(ctx context.Context, cold bool) error {
 			return err
 		}
 		ns := s.b.Topo.Config.GWNS()
-		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "squid", "-z", "-N", "-f", s.conf).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "squid", "-n", s.service, "-z", "-N", "-f", s.conf).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("run: squid -z: %w: %s", err, bytes.TrimSpace(out))
 		}
 	}
 	p, err := s.b.Topo.Start("squid", s.b.Topo.Config.GWNS(), filepath.Join(s.b.logs, "squid.log"),
-		"squid", "-N", "-d", "1", "-f", s.conf)
+		"squid", "-n", s.service, "-N", "-d", "1", "-f", s.conf)
 	if err != nil {
 		return err
 	}
