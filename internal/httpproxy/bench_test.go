@@ -323,10 +323,10 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 				slices.SortFunc(rs, func(x, y result) int { return cmp.Compare(x.ratio, y.ratio) })
 				m := rs[len(rs)/2]
 				b.ReportMetric(m.ratio, label+"-ratio")
-				b.ReportMetric(m.pep, label+"-pepd-µs/req")
+				b.ReportMetric(m.pep, label+"-proxy-µs/req")
 				b.ReportMetric(m.squid, label+"-squid-µs/req")
 				b.ReportMetric(m.alone, label+"-squid-alone-µs/req")
-				b.Logf("%s %s: median ratio %.2f (min %.2f, max %.2f over %d rounds); median round: squid alone %.1f µs/req; squid %.1f + pepd %.1f µs/req at %.0f req/s",
+				b.Logf("%s %s: median ratio %.2f (min %.2f, max %.2f over %d rounds); median round: squid alone %.1f µs/req; squid %.1f + proxy %.1f µs/req at %.0f req/s",
 					name, label, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), m.alone, m.squid, m.pep, m.rate)
 			}
 			report("relay", relayRes)
