@@ -198,19 +198,23 @@ func runWrk(b *testing.B, target, path, host string, d time.Duration, conns int)
 // generator (apt-get install -y wrk). Squid gets a second, plain
 // forward-proxy port for the "Squid alone" phases; pepd (in this process)
 // sends to Squid's PROXY protocol port. The object is a 10 KB image held
-// in Squid's memory cache. Each round runs four phases: Squid alone,
+// in Squid's memory cache. Each round runs these phases: Squid alone,
 // pepd's relay, a plain byte forwarder in front of Squid's plain port
 // (startForwarder: the floor of any user-space proxy, for comparison),
 // pepd on the standard library only (the path the relay hands unusual
-// requests to); a round's ratio is (Squid + pepd CPU per
-// request in a pepd phase) / (Squid's CPU per request alone in the same
-// round). The median round is reported, with the spread in the log. Run:
+// requests to), and per haproxy started (startHAProxy, skipped with a
+// logged message when haproxy is not installed) its `mode http` and
+// `mode tcp` frontends, counting haproxy's CPU instead of this process's
+// (a mature C proxy doing the relay's job, and a byte relay in C). A
+// round's ratio is (Squid + proxy CPU per request in a proxy phase) /
+// (Squid's CPU per request alone in the same round). The median round is reported, with the spread in the log. Run:
 //
 //	go test -run '^$' -bench CachedRequestCPU -benchtime 1x ./internal/httpproxy/
 //
 // PEP_BENCH_SECONDS sets each phase's length (default 3), PEP_BENCH_ROUNDS
 // the rounds (default 5); PEP_BENCH_STDLIB=0 skips the standard library
-// phases (for a -cpuprofile of the relay).
+// phases (for a -cpuprofile of the relay), PEP_BENCH_HAPROXY_THREADS the
+// haproxy nbthread values, comma-separated (default 1: one haproxy).
 func BenchmarkCachedRequestCPU(b *testing.B) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		b.Skip("wrk not installed (apt-get install -y wrk)")
