@@ -14,16 +14,16 @@ NETEM_TEST_CALIBRATE := netem-calibrate-quick
 
 # Full calibration: paper-average, paper-congested, lte, h2a-rtt100-loss2
 # (about 1 to 2 minutes); prints the table and fails outside tolerance.
-netem-calibrate:
+netem-calibrate: ## calibrate the link emulator: paper cells, LTE, a loss profile; table; fails outside tolerance (root)
 	go run ./cmd/pepnetem calibrate
 
 # Quick subset (about 20 s): paper-average and h2a-rtt100-loss2.
-netem-calibrate-quick:
+netem-calibrate-quick: ## the quick calibration subset (also inside go test, root)
 	go run ./cmd/pepnetem calibrate -quick
 
-netem-test:
+netem-test: ## the emulator's tests
 	go test ./netem/... ./cmd/pepnetem
 
 # Emulator CPU at the LTE rate (target: at most 0.10 cpu-core).
-netem-bench:
+netem-bench: ## emulator CPU at the LTE rate (target <= 0.10 core)
 	go test -run '^$$' -bench . -benchtime 10x ./netem
