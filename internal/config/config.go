@@ -51,7 +51,7 @@ type Config struct {
 	// SquidProxyProtocol sends a PROXY protocol v1 header first on every
 	// connection to Squid (into a require-proxy-header port) so that Squid
 	// logs and ACLs see the subscriber's address. If false, pepd sends
-	// X-Forwarded-For, which Squid must trust from pepd only.
+	// X-Forwarded-For, which Squid must trust from pepd only. Default true.
 	SquidProxyProtocol bool `yaml:"squid_proxy_protocol"`
 
 	Listen  Listen  `yaml:"listen"`
@@ -202,7 +202,9 @@ func Default() Config {
 		Subscribers: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")},
 		Resolvers:   []string{"198.18.1.2:53"},
 		Squid:       "127.0.0.1:3128",
-		Listen:      Listen{HTTP: ":3129", DNS: ":5353", Admin: "127.0.0.1:9090"},
+		// PROXY protocol by default, as configs/squid.conf's pepd port expects.
+		SquidProxyProtocol: true,
+		Listen:             Listen{HTTP: ":3129", DNS: ":5353", Admin: "127.0.0.1:9090"},
 		HTTP: HTTP{MaxHeaderBytes: 32 << 10, ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout: 120 * time.Second, UpstreamTimeout: 60 * time.Second,
 			MaxConns: 10000, HostMismatch: "direct"},

@@ -38,7 +38,7 @@ func TestEmptyFileIsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Mode != mode.Off || c.Squid != "127.0.0.1:3128" {
+	if c.Mode != mode.Off || c.Squid != "127.0.0.1:3128" || !c.SquidProxyProtocol {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 }
