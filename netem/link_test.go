@@ -41,6 +41,19 @@ func newTopo(t testing.TB) topo {
 				t.Error(err)
 			}
 		})
+		// No IPv6 on the test link: router solicitations, MLD reports and
+		// DAD would cross it at their own times and spoil exact counts.
+		err := InNamespace(ns, func() error {
+			for _, c := range []string{"all", "default"} {
+				if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+c+"/disable_ipv6", []byte("1"), 0); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	spec, undo, err := Wire(WireSpec{
 		Namespace: UniqueName("tl"),
