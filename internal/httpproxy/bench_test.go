@@ -136,34 +136,8 @@ backend be_tcp
 		b.Fatal(err)
 	}
 	h.pid = cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	b.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
 	// Readiness: haproxy binds both frontends before it accepts on either.
-	deadline := time.Now().Add(30 * time.Second)
-	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
-		select {
-		case err := <-exited:
-			b.Fatalf("haproxy exited: %v\n%s", err, out.String())
-		default:
-		}
-		if c, err := net.Dial("tcp", h.TCP); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("haproxy did not start listening within 30s")
-		}
-		time.Sleep(delay)
-	}
+	startDaemon(b, "haproxy", cmd, h.TCP, out.String)
 	return h
 }
 

@@ -244,6 +244,19 @@ func startSquidExtra(t testing.TB, c SquidConf, extra string) *squid {
 		t.Fatal(err)
 	}
 	s := &squid{Addr: c.Listen, LogDir: dir, cmd: cmd}
+	// Readiness: Squid accepts on its port once it has finished starting.
+	startDaemon(t, "squid", cmd, s.Addr, func() string {
+		log, _ := os.ReadFile(filepath.Join(dir, "cache.log"))
+		return string(log)
+	})
+	return s
+}
+
+// startDaemon waits until cmd, already started, accepts on addr (30 s at
+// most; failing t with logs() if it exits first) and stops it when t ends:
+// SIGINT, then SIGKILL after 10 s.
+func startDaemon(t testing.TB, name string, cmd *exec.Cmd, addr string, logs func() string) {
+	t.Helper()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
@@ -255,25 +268,22 @@ func startSquidExtra(t testing.TB, c SquidConf, extra string) *squid {
 			<-exited
 		}
 	})
-	// Readiness: Squid accepts on its port once it has finished starting.
 	deadline := time.Now().Add(30 * time.Second)
 	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
 		select {
 		case err := <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "cache.log"))
-			t.Fatalf("squid exited: %v\n%s", err, log)
+			t.Fatalf("%s exited: %v\n%s", name, err, logs())
 		default:
 		}
-		if c, err := net.Dial("tcp", s.Addr); err == nil {
+		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("squid did not start listening within 30s")
+			t.Fatalf("%s did not start listening on %s within 30s", name, addr)
 		}
 		time.Sleep(delay)
 	}
-	return s
 }
 
 // accessLog returns Squid's access.log lines.
