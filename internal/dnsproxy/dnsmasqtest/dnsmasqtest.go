@@ -60,10 +60,30 @@ func StartServer(t testing.TB, lines []string) *Server {
 	if err != nil {
 		t.Skip("dnsmasq not installed (apt-get install -y dnsmasq)")
 	}
+	// FreePort's port may be taken by another test process's server before
+	// dnsmasq binds it; then dnsmasq exits, and a readiness query could even
+	// be answered by that other server. So the readiness name is one only
+	// this dnsmasq answers, and a lost port is retried with a new one.
+	for attempt := 1; ; attempt++ {
+		s, out, err := start(t, bin, lines)
+		if err == nil {
+			return s
+		}
+		if attempt == 5 {
+			t.Fatalf("dnsmasqtest: %v\n%s", err, out)
+		}
+	}
+}
+
+// start runs one dnsmasq on a free port and waits until it answers its
+// own readiness name.
+func start(t testing.TB, bin string, lines []string) (*Server, string, error) {
 	port := FreePort(t)
+	ready := fmt.Sprintf("ready-%d-%d.invalid.", os.Getpid(), port)
 	conf := []string{
 		fmt.Sprintf("port=%d", port), "listen-address=127.0.0.1", "bind-interfaces",
 		"no-resolv", "no-hosts", "no-daemon", "pid-file=", "local-ttl=10", "log-facility=-",
+		"address=/" + strings.TrimSuffix(ready, ".") + "/127.0.0.53",
 	}
 	if os.Geteuid() == 0 {
 		conf = append(conf, "user=root")
@@ -79,22 +99,28 @@ func StartServer(t testing.TB, lines []string) *Server {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 	})
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	// Readiness: dnsmasq answers a query.
 	c := &dns.Client{Timeout: 100 * time.Millisecond}
 	m := new(dns.Msg)
-	m.SetQuestion("ready.invalid.", dns.TypeA)
+	m.SetQuestion(ready, dns.TypeA)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, _, err := c.Exchange(m, addr); err == nil {
-			return &Server{Addr: addr, Cmd: cmd}
+		select {
+		case <-exited:
+			return nil, out.String(), fmt.Errorf("dnsmasq on %s exited before answering", addr)
+		default:
+		}
+		if r, _, err := c.Exchange(m, addr); err == nil && len(r.Answer) == 1 {
+			return &Server{Addr: addr, Cmd: cmd}, "", nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("dnsmasqtest: dnsmasq on %s did not answer: %s", addr, out.String())
+			return nil, out.String(), fmt.Errorf("dnsmasq on %s did not answer", addr)
 		}
 	}
 }
