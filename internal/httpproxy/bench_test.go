@@ -35,7 +35,10 @@ func procCPU(t testing.TB, pid int) time.Duration {
 // per connection, two goroutines copying with read(2)/write(2) through a
 // 64 KiB buffer, no parsing. It is the floor of any user-space proxy in
 // front of Squid (the same system calls as the relay, nothing else).
-func startForwarder(b *testing.B, upstream string) string {
+//
+// With raw, both connections do their reads and writes through rawConn
+// (raw system calls, the netpoller only to wait), as pepd's relay does.
+func startForwarder(b *testing.B, upstream string, raw bool) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -67,6 +70,9 @@ func startForwarder(b *testing.B, upstream string) string {
 			if err != nil {
 				c.Close()
 				continue
+			}
+			if raw {
+				c, u = newRawConn(c), newRawConn(u)
 			}
 			go pump(u, c)
 			go pump(c, u)
@@ -230,7 +236,8 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			opts := pepdOpts{squid: sq.Addr, proxyProtocol: pp, resolver: ns.Addr, mode: mode.URL,
 				subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{port}}
 			relay := startPepd(b, opts)
-			fwd := startForwarder(b, plain)
+			fwd := startForwarder(b, plain, false)
+			fwdRaw := startForwarder(b, plain, true)
 			var haps []*haproxy
 			for _, n := range threads {
 				h := startHAProxy(b, plain, n)
@@ -273,7 +280,7 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			}
 			us := func(t time.Duration, n int) float64 { return float64(t) / float64(n) / 1e3 }
 			type result struct{ alone, squid, pep, ratio, rate float64 }
-			var relayRes, stdRes, fwdRes []result
+			var relayRes, stdRes, fwdRes, fwdRawRes []result
 			hapHTTP, hapTCP := make([][]result, len(haps)), make([][]result, len(haps))
 			measure := func(alone phase, ph phase) result {
 				a := us(alone.squid, alone.n)
@@ -285,6 +292,7 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 				alone := run(self, plain, abs, "")
 				relayRes = append(relayRes, measure(alone, run(self, relay.Addr, vipPath, testVIP.String())))
 				fwdRes = append(fwdRes, measure(alone, run(self, fwd, abs, "")))
+				fwdRawRes = append(fwdRawRes, measure(alone, run(self, fwdRaw, abs, "")))
 				if withStd {
 					stdRes = append(stdRes, measure(alone, run(self, std.Addr, vipPath, testVIP.String())))
 				}
@@ -310,6 +318,7 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			report("relay", relayRes)
 			report("stdlib", stdRes)
 			report("forwarder", fwdRes)
+			report("forwarder-raw", fwdRawRes)
 			for i, h := range haps {
 				report(fmt.Sprintf("haproxy-http-t%d", h.Threads), hapHTTP[i])
 				report(fmt.Sprintf("haproxy-tcp-t%d", h.Threads), hapTCP[i])

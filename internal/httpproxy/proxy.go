@@ -813,7 +813,7 @@ func (p *Proxy) dialSquidFor(ctx context.Context, sub netip.AddrPort) (*countCon
 			return nil, fmt.Errorf("httpproxy: writing PROXY header to squid: %w", err)
 		}
 	}
-	return &countConn{Conn: c, in: p.m.upstreamIn, out: p.m.upstreamOut}, nil
+	return &countConn{Conn: newRawConn(c), in: p.m.upstreamIn, out: p.m.upstreamOut}, nil
 }
 
 // dialDirect connects to the original destination of a host-mismatch
@@ -828,7 +828,7 @@ func (p *Proxy) dialDirect(ctx context.Context, network, addr string) (net.Conn,
 		return nil, err
 	}
 	p.m.upstreamConns.WithLabelValues("direct").Inc()
-	return &countConn{Conn: c, in: p.m.upstreamIn, out: p.m.upstreamOut}, nil
+	return &countConn{Conn: newRawConn(c), in: p.m.upstreamIn, out: p.m.upstreamOut}, nil
 }
 
 // roundTripper sends a request through Squid or directly, and times it.

@@ -305,7 +305,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 	l.s.m.conns.Inc()
 	l.s.m.openConns.Inc()
-	cc := &conn{countConn: countConn{Conn: c, in: l.s.m.clientIn, out: l.s.m.clientOut}, s: l.s}
+	cc := &conn{s: l.s}
 	if od, ok := c.(interface {
 		OriginalDst() (netip.AddrPort, bool)
 	}); ok {
@@ -313,6 +313,11 @@ func (l *listener) Accept() (net.Conn, error) {
 	} else if ap, err := netip.ParseAddrPort(c.LocalAddr().String()); err == nil {
 		cc.orig = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
+	nc := c
+	if u, ok := c.(interface{ NetConn() net.Conn }); ok {
+		nc = u.NetConn() // the original destination is read: the TCP connection itself from here on
+	}
+	cc.countConn = countConn{Conn: newRawConn(nc), in: l.s.m.clientIn, out: l.s.m.clientOut}
 	return cc, nil
 }
 

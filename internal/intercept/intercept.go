@@ -54,6 +54,10 @@ type Conn struct {
 	intercepted bool
 }
 
+// NetConn returns the accepted connection itself (a *net.TCPConn), as
+// crypto/tls.Conn.NetConn does, for callers that do their own I/O on it.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
 // OriginalDst returns the address and port the client connected to before
 // nftables steered the connection, and whether the connection was steered
 // at all (false: the client connected to pepd's listening address itself,
