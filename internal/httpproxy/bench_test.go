@@ -218,7 +218,10 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			threads = append(threads, n)
 		}
 	}
-	pages := map[string]page{"img.cdn.test/logo.png": {ctype: "image/png", body: strings.Repeat("x", 10<<10)}}
+	// Content-Length, as an image from an origin or CDN has: without it
+	// Squid stores and serves the object chunked.
+	pages := map[string]page{"img.cdn.test/logo.png": {ctype: "image/png", body: strings.Repeat("x", 10<<10),
+		header: map[string]string{"Content-Length": strconv.Itoa(10 << 10)}}}
 	ns := startDNS(b, siteRecords)
 	o := startOrigin(b, originIP, pages)
 	port := o.Addr.Port()

@@ -106,3 +106,20 @@ func (c *rawConn) Write(b []byte) (int, error) {
 	}
 	return n, err
 }
+
+// setRcvLowat sets SO_RCVLOWAT (socket(7)): the netpoller is told the
+// socket is readable only once n bytes are queued (or at the end of the
+// stream), so a response body Squid writes in several pieces wakes the
+// relay once instead of once per piece. A read still returns what is
+// there. n is at least 1 (the default).
+func (c *rawConn) setRcvLowat(n int) error {
+	var errno syscall.Errno
+	v := int32(max(n, 1))
+	err := c.rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.RawSyscall6(syscall.SYS_SETSOCKOPT, fd, syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, uintptr(unsafe.Pointer(&v)), 4, 0)
+	})
+	if err == nil && errno != 0 {
+		err = os.NewSyscallError("setsockopt SO_RCVLOWAT", errno)
+	}
+	return err
+}

@@ -51,26 +51,27 @@ var upstreamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil
 
 // relayConn is one subscriber connection served by the relay.
 type relayConn struct {
-	s      *Server
-	p      *Proxy
-	c      *conn
-	br     *bufio.Reader // from the subscriber
-	src    netip.AddrPort
-	up     *countConn    // pinned upstream connection to Squid, nil until needed
-	ubr    *bufio.Reader // from up, from upstreamReaders while a response is read
-	upOld  bool          // up has carried a response (a failure may be a stale keep-alive)
-	out    []byte        // heads and body pieces being written
-	hbuf   []byte        // the response head
-	dl     int           // kind of read deadline armed on c
-	dlAt   time.Time     // when it was armed
-	upDl   int           // kind of read deadline armed on up
-	upDlAt time.Time     // when it was armed
-	body   bodyReader
-	hdr    http.Header   // the headers adjustResponse sees (rewriteHeaders)
-	r      http.Response // the response adjustResponse sees
-	req    http.Request  // for decide and the rewriter (Method, URL, Host, ...)
-	head   reqHead
-	resp   respHead
+	s       *Server
+	p       *Proxy
+	c       *conn
+	br      *bufio.Reader // from the subscriber
+	src     netip.AddrPort
+	up      *countConn    // pinned upstream connection to Squid, nil until needed
+	ubr     *bufio.Reader // from up, from upstreamReaders while a response is read
+	upOld   bool          // up has carried a response (a failure may be a stale keep-alive)
+	out     []byte        // heads and body pieces being written
+	hbuf    []byte        // the response head
+	dl      int           // kind of read deadline armed on c
+	dlAt    time.Time     // when it was armed
+	upDl    int           // kind of read deadline armed on up
+	upDlAt  time.Time     // when it was armed
+	upLowat int           // SO_RCVLOWAT of up (setLowat)
+	body    bodyReader
+	hdr     http.Header   // the headers adjustResponse sees (rewriteHeaders)
+	r       http.Response // the response adjustResponse sees
+	req     http.Request  // for decide and the rewriter (Method, URL, Host, ...)
+	head    reqHead
+	resp    respHead
 }
 
 // serveRelay serves c until it closes, times out, or is handed over.
@@ -327,8 +328,9 @@ func (rc *relayConn) roundTrip(out []byte) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			rc.up, rc.upOld, rc.upDl = c, false, dlNone
+			rc.up, rc.upOld, rc.upDl, rc.upLowat = c, false, dlNone, 1
 		}
+		rc.setLowat(1)
 		if rc.ubr == nil {
 			rc.ubr = upstreamReaders.Get().(*bufio.Reader)
 		}
@@ -366,6 +368,26 @@ func (rc *relayConn) closeUpstream() {
 	if rc.up != nil {
 		rc.up.Close()
 		rc.up = nil
+		rc.upLowat = 1
+	}
+}
+
+// maxLowat bounds the upstream SO_RCVLOWAT: the rest of a body up to
+// this size wakes the relay once (setLowat).
+const maxLowat = 32 << 10
+
+// setLowat sets the upstream connection's SO_RCVLOWAT to n bytes when it
+// is not already n: copyBody sets the rest of a Content-Length body
+// (at most maxLowat), roundTrip sets 1 again before a response head.
+// Squid sends a cached object in 4 KB pieces (its client-side buffer);
+// without it each piece would wake the relay. A failure is ignored:
+// the relay works without it, woken more often.
+func (rc *relayConn) setLowat(n int) {
+	if n == rc.upLowat {
+		return
+	}
+	if r, ok := rc.up.Conn.(*rawConn); ok && r.setRcvLowat(n) == nil {
+		rc.upLowat = n
 	}
 }
 
@@ -494,6 +516,9 @@ func (rc *relayConn) copyBody(out []byte, n int64) ([]byte, error) {
 	for n != 0 {
 		if rc.ubr.Buffered() == 0 {
 			rc.setUpDeadline(dlNone) // Squid's body takes the origin's time
+			if n > 0 {
+				rc.setLowat(int(min(n, maxLowat)))
+			}
 			if _, err := rc.ubr.Peek(1); err != nil {
 				if n < 0 && err == io.EOF {
 					return out, nil
