@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -451,6 +452,99 @@ func FuzzParseResponseHead(f *testing.F) {
 		if r.StatusCode != h.status || !noBody && (chunked != h.chunked || !chunked && r.ContentLength != h.cl) {
 			t.Fatalf("relay reads %q as %d chunked=%v cl=%d, net/http as %d chunked=%v cl=%d", head,
 				h.status, h.chunked, h.cl, r.StatusCode, chunked, r.ContentLength)
+		}
+	})
+}
+
+// TestRelayBodyInPieces: a Content-Length body that Squid writes in
+// pieces with pauses between them (Squid sends a cached object in 4 KB
+// pieces; a miss arrives at the origin's pace) reaches the subscriber
+// whole, below and above the relay's SO_RCVLOWAT bound (maxLowat), and
+// the next request on the kept-alive connections is answered (the bound
+// is lowered again for its head). A body cut short by Squid closing ends
+// the subscriber's connection before the announced length instead of
+// leaving it waiting (the relay holds up to flushBytes before it writes,
+// so here the connection closes before the head).
+func TestRelayBodyInPieces(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	body := func(n int) string { return strings.Repeat("0123456789abcdef", n/16+1)[:n] }
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if b, _ := br.Peek(6); string(b) == "PROXY " {
+					br.ReadString('\n')
+				}
+				for {
+					r, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					var n, sent int
+					var pieces []int
+					switch r.URL.Path {
+					case "/small.png":
+						n, pieces = 10<<10, []int{4096 - 100, 4096, 2048 + 100}
+					case "/large.png":
+						n, pieces = 100<<10, []int{4096, 30 << 10, 40 << 10, 30<<10 - 4096}
+					case "/short.png":
+						n, pieces = 50<<10, []int{20 << 10}
+					default:
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
+						continue
+					}
+					b := body(n)
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: "+strconv.Itoa(n)+"\r\n\r\n")
+					for _, k := range pieces {
+						time.Sleep(20 * time.Millisecond)
+						if _, err := io.WriteString(c, b[sent:sent+k]); err != nil {
+							return
+						}
+						sent += k
+					}
+					if sent < n {
+						return // cut short
+					}
+				}
+			}()
+		}
+	}()
+	ns := startDNS(t, siteRecords)
+	p := startPepd(t, pepdOpts{squid: l.Addr().String(), proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80}})
+	for _, c := range []struct {
+		path string
+		size int
+	}{{"/small.png", 10 << 10}, {"/large.png", 100 << 10}} {
+		t.Run(c.path, func(t *testing.T) {
+			k := dialKeepAlive(t, p.Addr)
+			for range 2 {
+				resp, got := k.do("GET /img.cdn.test" + c.path + " HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
+				if resp.StatusCode != 200 || got != body(c.size) {
+					t.Fatalf("got %d, %d bytes (equal: %v), want 200, %d bytes", resp.StatusCode, len(got), got == body(c.size), c.size)
+				}
+				resp, got = k.do("GET /img.cdn.test/next HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
+				if resp.StatusCode != 200 || got != "next" {
+					t.Fatalf("next request: %d %q", resp.StatusCode, got)
+				}
+			}
+		})
+	}
+	t.Run("/short.png", func(t *testing.T) {
+		k := dialKeepAlive(t, p.Addr)
+		io.WriteString(k.c, "GET /img.cdn.test/short.png HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
+		got, err := io.ReadAll(k.br) // the connection's end, or the deadline
+		if err != nil || len(got) >= 50<<10 {
+			t.Fatalf("read %d bytes, err %v: want the connection closed (not the deadline) before 51200 bytes", len(got), err)
 		}
 	})
 }
