@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -70,6 +71,7 @@ func run(args []string, stderr io.Writer) int {
 	level := new(slog.LevelVar)
 	log := newLogger(stderr, cfg.Log, level)
 
+	setProcs(cfg.Procs, log)
 	d, err := build(cfg, log, level)
 	if err != nil {
 		log.Error("startup failed", "err", err)
@@ -392,7 +394,7 @@ func (d *pepd) shutdown() {
 }
 
 // reload reads the config again (same file, same flags) and applies what
-// can change without a restart: mode, log level, subscribers, guard.*,
+// can change without a restart: mode, log level, procs, subscribers, guard.*,
 // resolvers, rewrite.max_body_bytes, http.host_mismatch, and each
 // component's reloader. Listen addresses, vip, squid, squid_proxy_protocol
 // and the http limits need a restart; a change to them is logged and
@@ -423,8 +425,22 @@ func (d *pepd) reload(f *config.Flags) error {
 	}
 	prev := d.mode.Set(c.Mode)
 	d.level.Set(parseLevel(c.Log.Level))
+	setProcs(c.Procs, d.log)
 	d.log.Info("config reloaded", "mode", c.Mode, "previous_mode", prev)
 	return nil
+}
+
+// setProcs applies the procs setting (config.Config.Procs): n > 0 sets
+// runtime.GOMAXPROCS; 0 restores Go's default, or leaves the GOMAXPROCS
+// environment variable's value if it is set.
+func setProcs(n int, log *slog.Logger) {
+	switch {
+	case n > 0:
+		runtime.GOMAXPROCS(n)
+	case os.Getenv("GOMAXPROCS") == "":
+		runtime.SetDefaultGOMAXPROCS()
+	}
+	log.Info("processors for Go code", "procs", runtime.GOMAXPROCS(0))
 }
 
 // health is the admin API's /healthz: the HTTP listener answers.

@@ -58,6 +58,7 @@ func TestErrors(t *testing.T) {
 		{"bad size", "http:\n  max_header_bytes: lots\n", `bad.yaml:2: http.max_header_bytes: "lots" is not a size`},
 		{"bad duration", "dns:\n  vip_ttl: forever\n", `bad.yaml:2: dns.vip_ttl: cannot unmarshal !!str ` + "`forever`" + ` into time.Duration`},
 		{"bad origins", "dns:\n  origins: hide\n", `bad.yaml:2: dns.origins: "hide" is not one of keep, drop`},
+		{"negative procs", "mode: url\nprocs: -1\n", `bad.yaml:2: procs: -1 is outside 0..1024 (0: one per CPU)`},
 		{"bad ttl policy", "dns:\n  ttl_policy: lowest\n", `bad.yaml:2: dns.ttl_policy: "lowest" is not one of rrset, origin, min`},
 		{"vip6 needed", "dns:\n  aaaa: vip6\n", `bad.yaml:2: dns.aaaa: vip6 needs the top-level vip6 address`},
 		{"bad suffix", "dns:\n  rewrite_domains:\n    - cnn.com\n    - \"bad domain\"\n", `bad.yaml:4: dns.rewrite_domains.1: "bad domain" is not a domain suffix`},
@@ -98,14 +99,14 @@ func TestFlagsOverride(t *testing.T) {
 	fs := flag.NewFlagSet("pepd", flag.ContinueOnError)
 	f := RegisterFlags(fs)
 	if err := fs.Parse([]string{"-mode", "dns", "-vip", "10.0.0.12", "-subscribers", "10.64.0.0/10, 198.18.0.0/24",
-		"-resolver", "1.1.1.1:53", "-rewrite-domains", "cnn.com,yahoo.com"}); err != nil {
+		"-resolver", "1.1.1.1:53", "-rewrite-domains", "cnn.com,yahoo.com", "-procs", "1"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Apply(c); err != nil {
 		t.Fatal(err)
 	}
 	if c.Mode != mode.DNS || c.VIP.String() != "10.0.0.12" || len(c.Subscribers) != 2 ||
-		c.Resolvers[0] != "1.1.1.1:53" || len(c.DNS.RewriteDomains) != 2 {
+		c.Resolvers[0] != "1.1.1.1:53" || len(c.DNS.RewriteDomains) != 2 || c.Procs != 1 {
 		t.Errorf("flags not applied: %+v", c)
 	}
 	if c.Squid != "10.1.1.1:3128" {

@@ -18,6 +18,7 @@ type Flags struct {
 	mode, vip, subscribers, resolver, httpListen          string
 	dnsListen, adminListen, squid, rewriteDomains, tproxy string
 	tlsListen                                             string
+	procs                                                 int
 }
 
 // RegisterFlags defines pepd's flags on fs and returns their holder.
@@ -34,6 +35,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.dnsListen, "dns-listen", "", "listen address for DNS, UDP and TCP")
 	fs.StringVar(&f.adminListen, "admin-listen", "", "listen address for the admin API and /metrics")
 	fs.StringVar(&f.squid, "squid", "", "Squid's host:port")
+	fs.IntVar(&f.procs, "procs", 0, "OS threads running Go code at once (GOMAXPROCS); 0 = one per CPU")
 	fs.StringVar(&f.rewriteDomains, "rewrite-domains", "", "DNS mode: domain suffixes to rewrite, comma-separated; * = all")
 	return f
 }
@@ -88,6 +90,8 @@ func (f *Flags) apply(c *Config, name string) error {
 		c.Listen.HTTP = f.httpListen
 	case "tproxy-listen":
 		c.Listen.TPROXY = f.tproxy
+	case "procs":
+		c.Procs = f.procs
 	case "tls-listen":
 		c.Listen.TLS = f.tlsListen
 	case "dns-listen":
