@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,23 +179,28 @@ func runWrk(b *testing.B, target, path, host string, d time.Duration, conns int)
 // generator (apt-get install -y wrk). Squid gets a second, plain
 // forward-proxy port for the "Squid alone" phases; pepd (in this process)
 // sends to Squid's PROXY protocol port. The object is a 10 KB image held
-// in Squid's memory cache. Each round runs these phases: Squid alone,
-// pepd's relay, a plain byte forwarder in front of Squid's plain port
-// (startForwarder: the floor of any user-space proxy, for comparison),
-// pepd on the standard library only (the path the relay hands unusual
-// requests to), and per haproxy started (startHAProxy, skipped with a
-// logged message when haproxy is not installed) its `mode http` and
-// `mode tcp` frontends, counting haproxy's CPU instead of this process's
-// (a mature C proxy doing the relay's job, and a byte relay in C). A
-// round's ratio is (Squid + proxy CPU per request in a proxy phase) /
-// (Squid's CPU per request alone in the same round). The median round is reported, with the spread in the log. Run:
+// in Squid's memory cache, with a Content-Length. Each round runs Squid
+// alone, then for each CPU count n these phases: pepd's relay with
+// GOMAXPROCS n (label suffix -pn), a plain byte forwarder in front of
+// Squid's plain port (startForwarder: the floor of a Go proxy using the
+// net package) and the same forwarder on raw system calls (rawConn, as the
+// relay), pepd on the standard library only (the path the relay hands
+// unusual requests to), and haproxy with nbthread n (startHAProxy,
+// skipped with a logged message when haproxy is not installed): its `mode
+// http` and `mode tcp` frontends (-tn), counting haproxy's CPU instead of
+// this process's (a mature C proxy doing the relay's job, and a byte
+// relay in C). A round's ratio is (Squid + proxy CPU per request in a
+// proxy phase) / (Squid's CPU per request alone in the same round). The
+// median round is reported, with the spread in the log. Run:
 //
 //	go test -run '^$' -bench CachedRequestCPU -benchtime 1x ./internal/httpproxy/
 //
 // PEP_BENCH_SECONDS sets each phase's length (default 3), PEP_BENCH_ROUNDS
 // the rounds (default 5); PEP_BENCH_STDLIB=0 skips the standard library
-// phases (for a -cpuprofile of the relay), PEP_BENCH_HAPROXY_THREADS the
-// haproxy nbthread values, comma-separated (default 1: one haproxy).
+// phases (for a -cpuprofile of the relay), PEP_BENCH_CPUS the CPU counts,
+// comma-separated (default 1: one processor for pepd's Go code, one
+// haproxy thread, as pepd's procs setting gives on an appliance where
+// Squid has a core of its own).
 func BenchmarkCachedRequestCPU(b *testing.B) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		b.Skip("wrk not installed (apt-get install -y wrk)")
@@ -207,17 +213,18 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 		rounds = s
 	}
 	withStd := os.Getenv("PEP_BENCH_STDLIB") != "0"
-	threads := []int{1}
-	if v := os.Getenv("PEP_BENCH_HAPROXY_THREADS"); v != "" {
-		threads = nil
+	cpus := []int{1}
+	if v := os.Getenv("PEP_BENCH_CPUS"); v != "" {
+		cpus = nil
 		for f := range strings.SplitSeq(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n < 1 {
-				b.Fatalf("PEP_BENCH_HAPROXY_THREADS %q: want a comma-separated list of thread counts", v)
+				b.Fatalf("PEP_BENCH_CPUS %q: want a comma-separated list of CPU counts", v)
 			}
-			threads = append(threads, n)
+			cpus = append(cpus, n)
 		}
 	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	// Content-Length, as an image from an origin or CDN has: without it
 	// Squid stores and serves the object chunked.
 	pages := map[string]page{"img.cdn.test/logo.png": {ctype: "image/png", body: strings.Repeat("x", 10<<10),
@@ -242,7 +249,7 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			fwd := startForwarder(b, plain, false)
 			fwdRaw := startForwarder(b, plain, true)
 			var haps []*haproxy
-			for _, n := range threads {
+			for _, n := range cpus {
 				h := startHAProxy(b, plain, n)
 				if h == nil {
 					b.Logf("%s: haproxy not installed (apt-get install -y haproxy): no haproxy rows", name)
@@ -283,8 +290,15 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			}
 			us := func(t time.Duration, n int) float64 { return float64(t) / float64(n) / 1e3 }
 			type result struct{ alone, squid, pep, ratio, rate float64 }
-			var relayRes, stdRes, fwdRes, fwdRawRes []result
-			hapHTTP, hapTCP := make([][]result, len(haps)), make([][]result, len(haps))
+			// Results by label, in the order of first appearance.
+			res := map[string][]result{}
+			var labels []string
+			add := func(label string, r result) {
+				if _, ok := res[label]; !ok {
+					labels = append(labels, label)
+				}
+				res[label] = append(res[label], r)
+			}
 			measure := func(alone phase, ph phase) result {
 				a := us(alone.squid, alone.n)
 				sqd, pep := us(ph.squid, ph.n), us(ph.pep, ph.n)
@@ -293,15 +307,20 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			b.ResetTimer()
 			for range rounds {
 				alone := run(self, plain, abs, "")
-				relayRes = append(relayRes, measure(alone, run(self, relay.Addr, vipPath, testVIP.String())))
-				fwdRes = append(fwdRes, measure(alone, run(self, fwd, abs, "")))
-				fwdRawRes = append(fwdRawRes, measure(alone, run(self, fwdRaw, abs, "")))
-				if withStd {
-					stdRes = append(stdRes, measure(alone, run(self, std.Addr, vipPath, testVIP.String())))
-				}
-				for i, h := range haps {
-					hapHTTP[i] = append(hapHTTP[i], measure(alone, run(h.pid, h.HTTP, abs, absHost)))
-					hapTCP[i] = append(hapTCP[i], measure(alone, run(h.pid, h.TCP, abs, "")))
+				for i, n := range cpus {
+					runtime.GOMAXPROCS(n)
+					p := fmt.Sprintf("-p%d", n)
+					add("relay"+p, measure(alone, run(self, relay.Addr, vipPath, testVIP.String())))
+					add("forwarder"+p, measure(alone, run(self, fwd, abs, "")))
+					add("forwarder-raw"+p, measure(alone, run(self, fwdRaw, abs, "")))
+					if withStd {
+						add("stdlib"+p, measure(alone, run(self, std.Addr, vipPath, testVIP.String())))
+					}
+					if i < len(haps) {
+						t := fmt.Sprintf("-t%d", n)
+						add("haproxy-http"+t, measure(alone, run(haps[i].pid, haps[i].HTTP, abs, absHost)))
+						add("haproxy-tcp"+t, measure(alone, run(haps[i].pid, haps[i].TCP, abs, "")))
+					}
 				}
 			}
 			b.StopTimer()
@@ -318,13 +337,8 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 				b.Logf("%s %s: median ratio %.2f (min %.2f, max %.2f over %d rounds); median round: squid alone %.1f µs/req; squid %.1f + proxy %.1f µs/req at %.0f req/s",
 					name, label, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), m.alone, m.squid, m.pep, m.rate)
 			}
-			report("relay", relayRes)
-			report("stdlib", stdRes)
-			report("forwarder", fwdRes)
-			report("forwarder-raw", fwdRawRes)
-			for i, h := range haps {
-				report(fmt.Sprintf("haproxy-http-t%d", h.Threads), hapHTTP[i])
-				report(fmt.Sprintf("haproxy-tcp-t%d", h.Threads), hapTCP[i])
+			for _, l := range labels {
+				report(l, res[l])
 			}
 			b.Logf("%s upstream connections the relay opened: %v (8 per wrk run)", name, testutilValue(relay.M.upstreamConns))
 		})
