@@ -35,52 +35,64 @@ type scriptedAnswer struct {
 	hang  bool // answer nothing
 }
 
-func startScripted(t *testing.T, answer func(r *http.Request) scriptedAnswer) *scripted {
+// startUpstream runs a loopback server standing in for Squid and returns
+// its address: per connection, serve gets the connection and a reader on
+// it past the PROXY header, if one came; the connection is closed when
+// serve returns.
+func startUpstream(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	s := &scripted{addr: l.Addr().String()}
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			s.mu.Lock()
-			s.conns++
-			s.mu.Unlock()
 			go func() {
 				defer c.Close()
 				br := bufio.NewReader(c)
 				if b, _ := br.Peek(6); string(b) == "PROXY " {
 					br.ReadString('\n')
 				}
-				for {
-					r, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					body, _ := io.ReadAll(r.Body)
-					s.mu.Lock()
-					s.reqs = append(s.reqs, r)
-					s.bodies = append(s.bodies, string(body))
-					s.mu.Unlock()
-					a := answer(r)
-					if a.hang {
-						io.Copy(io.Discard, br)
-						return
-					}
-					io.WriteString(c, a.raw)
-					if a.close {
-						return
-					}
-				}
+				serve(c, br)
 			}()
 		}
 	}()
+	return l.Addr().String()
+}
+
+func startScripted(t *testing.T, answer func(r *http.Request) scriptedAnswer) *scripted {
+	t.Helper()
+	s := &scripted{}
+	s.addr = startUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		s.mu.Lock()
+		s.conns++
+		s.mu.Unlock()
+		for {
+			r, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			body, _ := io.ReadAll(r.Body)
+			s.mu.Lock()
+			s.reqs = append(s.reqs, r)
+			s.bodies = append(s.bodies, string(body))
+			s.mu.Unlock()
+			a := answer(r)
+			if a.hang {
+				io.Copy(io.Discard, br)
+				return
+			}
+			io.WriteString(c, a.raw)
+			if a.close {
+				return
+			}
+		}
+	})
 	return s
 }
 
@@ -466,60 +478,42 @@ func FuzzParseResponseHead(f *testing.F) {
 // leaving it waiting (the relay holds up to flushBytes before it writes,
 // so here the connection closes before the head).
 func TestRelayBodyInPieces(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	body := func(n int) string { return strings.Repeat("0123456789abcdef", n/16+1)[:n] }
-	go func() {
+	squid := startUpstream(t, func(c net.Conn, br *bufio.Reader) {
 		for {
-			c, err := l.Accept()
+			r, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				if b, _ := br.Peek(6); string(b) == "PROXY " {
-					br.ReadString('\n')
+			var n, sent int
+			var pieces []int
+			switch r.URL.Path {
+			case "/small.png":
+				n, pieces = 10<<10, []int{4096 - 100, 4096, 2048 + 100}
+			case "/large.png":
+				n, pieces = 100<<10, []int{4096, 30 << 10, 40 << 10, 30<<10 - 4096}
+			case "/short.png":
+				n, pieces = 50<<10, []int{20 << 10}
+			default:
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
+				continue
+			}
+			b := body(n)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: "+strconv.Itoa(n)+"\r\n\r\n")
+			for _, k := range pieces {
+				time.Sleep(20 * time.Millisecond)
+				if _, err := io.WriteString(c, b[sent:sent+k]); err != nil {
+					return
 				}
-				for {
-					r, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					var n, sent int
-					var pieces []int
-					switch r.URL.Path {
-					case "/small.png":
-						n, pieces = 10<<10, []int{4096 - 100, 4096, 2048 + 100}
-					case "/large.png":
-						n, pieces = 100<<10, []int{4096, 30 << 10, 40 << 10, 30<<10 - 4096}
-					case "/short.png":
-						n, pieces = 50<<10, []int{20 << 10}
-					default:
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
-						continue
-					}
-					b := body(n)
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: "+strconv.Itoa(n)+"\r\n\r\n")
-					for _, k := range pieces {
-						time.Sleep(20 * time.Millisecond)
-						if _, err := io.WriteString(c, b[sent:sent+k]); err != nil {
-							return
-						}
-						sent += k
-					}
-					if sent < n {
-						return // cut short
-					}
-				}
-			}()
+				sent += k
+			}
+			if sent < n {
+				return // cut short
+			}
 		}
-	}()
+	})
 	ns := startDNS(t, siteRecords)
-	p := startPepd(t, pepdOpts{squid: l.Addr().String(), proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
+	p := startPepd(t, pepdOpts{squid: squid, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80}})
 	for _, c := range []struct {
 		path string
