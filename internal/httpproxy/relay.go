@@ -323,6 +323,7 @@ func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
 // unread in rc.ubr; nil means it does not fit in the buffer.
 func (rc *relayConn) roundTrip(out []byte) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
+		rc.setLowat(1)
 		if rc.up == nil {
 			c, err := rc.p.dialSquidFor(context.Background(), rc.src)
 			if err != nil {
@@ -330,7 +331,6 @@ func (rc *relayConn) roundTrip(out []byte) ([]byte, error) {
 			}
 			rc.up, rc.upOld, rc.upDl, rc.upLowat = c, false, dlNone, 1
 		}
-		rc.setLowat(1)
 		if rc.ubr == nil {
 			rc.ubr = upstreamReaders.Get().(*bufio.Reader)
 		}
@@ -380,14 +380,22 @@ const maxLowat = 32 << 10
 // is not already n: copyBody sets the rest of a Content-Length body
 // (at most maxLowat), roundTrip sets 1 again before a response head.
 // Squid sends a cached object in 4 KB pieces (its client-side buffer);
-// without it each piece would wake the relay. A failure is ignored:
-// the relay works without it, woken more often.
+// without it each piece would wake the relay. A failure to raise it is
+// ignored (the relay is woken more often); a failure to lower it closes
+// the connection, whose head could otherwise wait for bytes that never
+// come (roundTrip then connects afresh).
 func (rc *relayConn) setLowat(n int) {
-	if n == rc.upLowat {
+	if n == rc.upLowat || rc.up == nil {
 		return
 	}
-	if r, ok := rc.up.Conn.(*rawConn); ok && r.setRcvLowat(n) == nil {
+	r, ok := rc.up.Conn.(*rawConn)
+	if !ok {
+		return
+	}
+	if err := r.setRcvLowat(n); err == nil {
 		rc.upLowat = n
+	} else if n == 1 {
+		rc.closeUpstream()
 	}
 }
 
