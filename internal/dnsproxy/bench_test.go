@@ -14,21 +14,18 @@ import (
 	"testing"
 	"time"
 
+	"pep/internal/cputime"
 	"pep/internal/dnsproxy/dnsmasqtest"
 )
 
-// procCPU returns the user+system CPU time used so far by process pid
-// (/proc/pid/stat fields 14 and 15).
+// procCPU returns process pid's CPU time so far (cputime.Of), failing
+// the benchmark if it cannot be read.
 func procCPU(tb testing.TB, pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := cputime.Of(pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const hz = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / hz
+	return d
 }
 
 // selfCPU returns this process's user+system CPU time (the proxy's, as it

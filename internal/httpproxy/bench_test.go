@@ -15,21 +15,18 @@ import (
 	"testing"
 	"time"
 
+	"pep/internal/cputime"
 	"pep/internal/mode"
 )
 
-// procCPU returns the user+system CPU time of process pid from
-// /proc/<pid>/stat (fields 14 and 15, in clock ticks of 1/100 s).
+// procCPU returns process pid's CPU time so far (cputime.Of), failing
+// the benchmark if it cannot be read.
 func procCPU(t testing.TB, pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := cputime.Of(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from 3 on
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
+	return d
 }
 
 // startForwarder starts a byte forwarder to upstream on a loopback port:
