@@ -39,6 +39,9 @@ type Object struct {
 	// ContentType is the recorded Content-Type, or the one derived from the
 	// file name and then from the bytes (ContentType in ctype.go).
 	ContentType string
+	// Scheme is the recorded URL scheme, "http" or "https"; "" for sources
+	// that record none (tp5n, the default pages), which are http.
+	Scheme string
 }
 
 // Page is one top-level page and the objects it loads.
@@ -89,6 +92,19 @@ func (p *Page) Summary() Summary {
 	return Summary{Name: p.Name, URL: p.URL, Objects: len(p.Objects), Hosts: len(p.Hosts()), Bytes: p.Bytes()}
 }
 
+// Schemes returns how many of the page's objects were recorded over http
+// (rewritable by pep's URL mode) and over https (spliced by SNI only).
+func (p *Page) Schemes() (httpObjects, httpsObjects int) {
+	for _, o := range p.Objects {
+		if o.Scheme == "https" {
+			httpsObjects++
+		} else {
+			httpObjects++
+		}
+	}
+	return httpObjects, httpsObjects
+}
+
 // ImportStats counts what an import did beyond storing files.
 type ImportStats struct {
 	// Files is the number of stored files or response records read.
@@ -100,8 +116,45 @@ type ImportStats struct {
 	// page with different bodies; the first page in page order wins.
 	Conflicts int `json:"conflicts"`
 	// Skipped is the number of entries ignored (files outside a host folder,
-	// WARC records other than response/resource, non-HTTP targets).
-	Skipped int `json:"skipped"`
+	// WARC records not used); SkippedBy splits it by reason (WARC: the
+	// Skip* constants).
+	Skipped   int            `json:"skipped"`
+	SkippedBy map[string]int `json:"skipped_by,omitempty"`
+	// Repaired counts WARC responses used after a repair, by Repair.
+	Repaired map[string]int `json:"repaired,omitempty"`
+	// Records is the number of WARC records read; Responses the response
+	// and revisit records among them, ResponsesUsed those that became
+	// objects.
+	Records       int `json:"records,omitempty"`
+	Responses     int `json:"responses,omitempty"`
+	ResponsesUsed int `json:"responses_used,omitempty"`
+	// Unanswered is the number of request targets recorded without a
+	// response (objects the page asked for that the archive lacks).
+	Unanswered int `json:"unanswered,omitempty"`
+	// Errors are the framing errors that ended a file early, one line each
+	// ("file: error").
+	Errors []string `json:"errors,omitempty"`
+}
+
+// skipSummary lists SkippedBy as "reason n, reason n", sorted by reason.
+func (s ImportStats) skipSummary() string {
+	return countList(s.SkippedBy)
+}
+
+func countList(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Corpus is an immutable set of pages and the index of their objects. It is

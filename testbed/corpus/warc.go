@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -143,10 +145,12 @@ func (w *WARCReader) line() (string, error) {
 
 // WARCOptions selects pages in WARC input.
 type WARCOptions struct {
-	// Pages lists top-level page URLs in order. Empty means: the first HTML
-	// response (status 200, Content-Type text/html) of each file is a page.
-	// The records from a page's response up to the next page's belong to
-	// that page; records before the first page belong to the first page.
+	// Pages lists top-level page URLs in order. Empty means: the archive's
+	// page list (pages.jsonl beside the WARC files, or pages/pages.jsonl in
+	// a WACZ) when there is one, else the first HTML response (status 200,
+	// Content-Type text/html) of each file. The records from a page's
+	// response up to the next page's belong to that page; records before
+	// the first page belong to the first page.
 	Pages []string
 }
 
@@ -154,59 +158,178 @@ type WARCOptions struct {
 // the framing fields the server recomputes.
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length"}
 
-// LoadWARC imports WARC files: "response" records with an http(s) target
-// (block "application/http; msgtype=response") become objects with the
-// recorded status and headers, the body de-chunked but left content-coded
-// as recorded; "resource" records become objects with the record's
-// Content-Type. Other record types are counted in Stats.Skipped. source
-// names the corpus.
+// Reasons a WARC record is not used, counted in ImportStats.SkippedBy.
+const (
+	SkipWarcinfo          = "warcinfo"                   // ISO 28500 §6.2: about the file, not a capture
+	SkipRequest           = "request"                    // §6.5: the request is not replayed (pywb matches on the response)
+	SkipMetadata          = "metadata"                   // §6.6
+	SkipOtherType         = "other_record_type"          // conversion, continuation, unknown types
+	SkipNotHTTPTarget     = "non_http_target"            // dns:, urn:, ... (§6.3: any URI)
+	SkipNotHTTPBlock      = "block_not_application_http" // a response whose block is not an HTTP message
+	SkipBadHTTPHead       = "bad_http_head"              // no status line or no end of the head
+	SkipInformational     = "status_1xx"                 // an interim response recorded alone
+	SkipNotModified       = "status_304"                 // a browser's revalidation: no payload to replay
+	SkipRevisitUnresolved = "revisit_unresolved"         // §6.7: the record it refers to is not in the archive
+	SkipFraming           = "warc_framing"               // the file's framing broke: the rest of the file
+	SkipEmptyFile         = "file_without_records"       // a file that holds no record
+)
+
+// LoadWARC imports WARC files (ISO 28500:2017): "response" records with an
+// http(s) target (block "application/http; msgtype=response") become
+// objects with the recorded status and headers, the body de-chunked but
+// left content-coded as recorded; "resource" records become objects with
+// the record's Content-Type; "revisit" records are resolved to the payload
+// of the record they refer to. The WARC framing is read strictly
+// (WARCReader); the HTTP payload leniently, as warcio and pywb read it
+// (parseHTTPResponse: chunked framing that does not parse is taken raw,
+// bad Content-Length repaired). A record that cannot be used is skipped
+// and counted by reason in Stats.SkippedBy, never fatal; a framing error
+// skips the rest of that file (counted). The import fails only when no
+// file can be opened or no record at all is usable. source names the
+// corpus.
 func LoadWARC(source string, files []string, opt WARCOptions) (*Corpus, error) {
-	type rec struct {
-		obj  *Object
-		url  string
-		html bool
-		file int
+	var srcs []warcSource
+	for _, name := range files {
+		srcs = append(srcs, fileSource(name))
 	}
-	var recs []rec
-	var stats ImportStats
-	for fi, name := range files {
-		f, err := os.Open(name)
+	if len(opt.Pages) == 0 && len(files) > 0 {
+		pages, err := readPagesJSONL(filepath.Join(filepath.Dir(files[0]), "pages.jsonl"))
+		if err != nil {
+			return nil, err
+		}
+		opt.Pages = pages
+	}
+	return loadWARCSources(source, srcs, opt)
+}
+
+// warcSource is one WARC stream of an import: a file, or a member of a
+// WACZ.
+type warcSource struct {
+	name string
+	open func() (io.ReadCloser, error)
+}
+
+func fileSource(name string) warcSource {
+	return warcSource{name: name, open: func() (io.ReadCloser, error) { return os.Open(name) }}
+}
+
+// pending is one usable record of an import, in archive order.
+type pending struct {
+	obj     *Object
+	url     string
+	html    bool
+	file    int
+	revisit *WARCRecord // a revisit to resolve once every file is read
+}
+
+func loadWARCSources(source string, srcs []warcSource, opt WARCOptions) (*Corpus, error) {
+	var recs []pending
+	stats := ImportStats{SkippedBy: map[string]int{}, Repaired: map[string]int{}}
+	skip := func(reason string) { stats.Skipped++; stats.SkippedBy[reason]++ }
+	byDigest := map[string]*Object{}
+	byTarget := map[string]*Object{}
+	requested := map[string]bool{}
+	for fi, src := range srcs {
+		f, err := src.open()
 		if err != nil {
 			return nil, fmt.Errorf("corpus: %w", err)
 		}
 		r, err := NewWARCReader(f)
 		if err != nil {
 			f.Close()
-			return nil, fmt.Errorf("corpus: %q: %w", name, err)
+			return nil, fmt.Errorf("corpus: %q: %w", src.name, err)
 		}
+		n := 0
 		for {
 			wr, err := r.Next()
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
-				f.Close()
-				return nil, fmt.Errorf("corpus: %q: %w", name, err)
+				skip(SkipFraming)
+				stats.Errors = append(stats.Errors, fmt.Sprintf("%s: %v", filepath.Base(src.name), err))
+				break
 			}
-			o, u, err := warcObject(wr)
-			if err != nil {
-				f.Close()
-				return nil, fmt.Errorf("corpus: %q: record %s: %w", name, wr.Header.Get("WARC-Record-ID"), err)
+			n++
+			stats.Records++
+			typ := wr.Header.Get("WARC-Type")
+			target := strings.Trim(wr.Header.Get("WARC-Target-URI"), "<>")
+			switch typ {
+			case "response", "revisit":
+				stats.Responses++
+			case "request":
+				requested[target] = true
+			}
+			if typ == "revisit" {
+				if !isHTTPURL(target) {
+					skip(SkipNotHTTPTarget)
+					continue
+				}
+				recs = append(recs, pending{url: target, file: fi, revisit: wr})
+				continue
+			}
+			o, reason, repairs := warcObject(wr)
+			for _, rp := range repairs {
+				stats.Repaired[string(rp)]++
 			}
 			if o == nil {
-				stats.Skipped++
+				skip(reason)
 				continue
 			}
 			stats.Files++
+			if typ == "response" {
+				stats.ResponsesUsed++
+			}
+			if d := wr.Header.Get("WARC-Payload-Digest"); d != "" && byDigest[d] == nil {
+				byDigest[d] = o
+			}
+			if byTarget[target] == nil {
+				byTarget[target] = o
+			}
 			html := (o.Status == 0 || o.Status == http.StatusOK) && strings.HasPrefix(o.ContentType, "text/html")
-			recs = append(recs, rec{o, u, html, fi})
+			recs = append(recs, pending{obj: o, url: target, html: html, file: fi})
 		}
 		f.Close()
+		if n == 0 {
+			skip(SkipEmptyFile)
+		}
+	}
+	// Resolve revisits (ISO 28500 §6.7.2 identical-payload-digest, §6.7.3
+	// server-not-modified) against every file's responses, as pywb does.
+	kept := recs[:0]
+	for _, p := range recs {
+		if p.revisit != nil {
+			o := resolveRevisit(p.revisit, byDigest, byTarget)
+			if o == nil {
+				skip(SkipRevisitUnresolved)
+				continue
+			}
+			stats.Files++
+			stats.ResponsesUsed++
+			stats.Repaired[string(RepairRevisit)]++
+			p.obj = o
+			p.html = (o.Status == 0 || o.Status == http.StatusOK) && strings.HasPrefix(o.ContentType, "text/html")
+		}
+		kept = append(kept, p)
+	}
+	recs = kept
+	for u := range requested {
+		if byTarget[u] == nil {
+			stats.Unanswered++
+		}
 	}
 	if len(recs) == 0 {
-		return nil, fmt.Errorf("corpus: %s: no response or resource records", source)
+		return nil, fmt.Errorf("corpus: %s: no usable response or resource record (%s)", source, stats.skipSummary())
 	}
-	// Mark where pages start.
+	pages, err := splitPages(source, recs, opt)
+	if err != nil {
+		return nil, err
+	}
+	return New(source, pages, stats), nil
+}
+
+// splitPages cuts the records into pages (see WARCOptions.Pages).
+func splitPages(source string, recs []pending, opt WARCOptions) ([]*Page, error) {
 	starts := map[int]string{}
 	if len(opt.Pages) > 0 {
 		for _, p := range opt.Pages {
@@ -260,7 +383,6 @@ func LoadWARC(source string, files []string, opt WARCOptions) (*Corpus, error) {
 		}
 		cur.Objects = append(cur.Objects, r.obj)
 	}
-	// Page order follows opt.Pages when given.
 	if len(opt.Pages) > 0 {
 		byURL := map[string]*Page{}
 		for _, p := range pages {
@@ -271,54 +393,150 @@ func LoadWARC(source string, files []string, opt WARCOptions) (*Corpus, error) {
 			pages = append(pages, byURL[u])
 		}
 	}
-	return New(source, pages, stats), nil
+	return pages, nil
 }
 
-// warcObject turns a response or resource record into an object and its
-// target URL; other records give nil.
-func warcObject(r *WARCRecord) (*Object, string, error) {
+// resolveRevisit builds the object a revisit record stands for: the
+// payload of the response with the same WARC-Payload-Digest (or, failing
+// that, of WARC-Refers-To-Target-URI, or of its own target), with the
+// revisit's own status and headers when its block records a full response
+// head other than 304. nil when nothing matches.
+func resolveRevisit(r *WARCRecord, byDigest, byTarget map[string]*Object) *Object {
+	orig := byDigest[r.Header.Get("WARC-Payload-Digest")]
+	if orig == nil {
+		orig = byTarget[strings.Trim(r.Header.Get("WARC-Refers-To-Target-URI"), "<>")]
+	}
+	target := strings.Trim(r.Header.Get("WARC-Target-URI"), "<>")
+	if orig == nil {
+		orig = byTarget[target]
+	}
+	if orig == nil {
+		return nil
+	}
+	u, _ := url.Parse(target)
+	o := &Object{Host: normHost(u.Host), Path: targetPath(u), Scheme: u.Scheme, Body: orig.Body, Status: orig.Status, Header: orig.Header, ContentType: orig.ContentType}
+	if p, err := parseHTTPResponse(r.Block); err == nil && p.status != http.StatusNotModified && !bodyless(p.status) && len(p.header) > 0 {
+		o.Status, o.Header = p.status, p.header
+		for _, h := range hopByHop {
+			o.Header.Del(h)
+		}
+		if ct := o.Header.Get("Content-Type"); ct != "" {
+			o.ContentType = ct
+		}
+	}
+	return o
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+func targetPath(u *url.URL) string {
+	p := u.EscapedPath()
+	if p == "" {
+		p = "/"
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		p += "?" + u.RawQuery
+	}
+	return p
+}
+
+// warcObject turns a response or resource record into an object. A record
+// it cannot use gives nil and the skip reason; repairs lists what was
+// fixed in a usable one.
+func warcObject(r *WARCRecord) (*Object, string, []Repair) {
 	typ := r.Header.Get("WARC-Type")
-	if typ != "response" && typ != "resource" {
-		return nil, "", nil
+	switch typ {
+	case "response", "resource":
+	case "warcinfo":
+		return nil, SkipWarcinfo, nil
+	case "request":
+		return nil, SkipRequest, nil
+	case "metadata":
+		return nil, SkipMetadata, nil
+	default:
+		return nil, SkipOtherType, nil
 	}
 	target := strings.Trim(r.Header.Get("WARC-Target-URI"), "<>")
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, "", nil
+		return nil, SkipNotHTTPTarget, nil
 	}
-	o := &Object{Host: normHost(u.Host), Path: u.EscapedPath()}
-	if o.Path == "" {
-		o.Path = "/"
-	}
-	if u.RawQuery != "" || u.ForceQuery {
-		o.Path += "?" + u.RawQuery
-	}
+	o := &Object{Host: normHost(u.Host), Path: targetPath(u), Scheme: u.Scheme}
 	if typ == "resource" {
 		o.Body = r.Block
 		o.ContentType = r.Header.Get("Content-Type")
 		if o.ContentType == "" {
 			o.ContentType = ContentType(u.Path, o.Body)
 		}
-		return o, target, nil
+		return o, "", nil
 	}
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/http") {
-		return nil, "", fmt.Errorf("response block Content-Type %q is not application/http", ct)
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(strings.ToLower(ct), "application/http") {
+		return nil, SkipNotHTTPBlock, nil
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(r.Block)), &http.Request{Method: http.MethodGet})
+	p, err := parseHTTPResponse(r.Block)
 	if err != nil {
-		return nil, "", fmt.Errorf("HTTP response: %w", err)
+		return nil, SkipBadHTTPHead, nil
 	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, "", fmt.Errorf("HTTP response body: %w", err)
+	switch {
+	case p.status < 200:
+		return nil, SkipInformational, p.repairs
+	case p.status == http.StatusNotModified:
+		return nil, SkipNotModified, p.repairs
 	}
-	o.Body, o.Status, o.Header = body, resp.StatusCode, resp.Header.Clone()
+	o.Body, o.Status, o.Header = p.body, p.status, p.header
 	for _, h := range hopByHop {
 		o.Header.Del(h)
 	}
 	o.ContentType = o.Header.Get("Content-Type")
 	if o.ContentType == "" {
-		o.ContentType = ContentType(u.Path, body)
+		o.ContentType = ContentType(u.Path, p.body)
 	}
-	return o, target, nil
+	return o, "", p.repairs
+}
+
+// readPagesJSONL reads a page list in the WACZ/pywb pages.jsonl form: one
+// JSON object per line with a "url" field; a first line with "format"
+// (the header) and lines without "url" are skipped. A missing file gives
+// no pages and no error.
+func readPagesJSONL(name string) ([]string, error) {
+	f, err := os.Open(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("corpus: %w", err)
+	}
+	defer f.Close()
+	return parsePagesJSONL(name, f)
+}
+
+func parsePagesJSONL(name string, r io.Reader) ([]string, error) {
+	var pages []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var p struct {
+			URL    string `json:"url"`
+			Format string `json:"format"`
+		}
+		if err := json.Unmarshal(b, &p); err != nil {
+			return nil, fmt.Errorf("corpus: %s:%d: %v", name, line, err)
+		}
+		if p.URL != "" {
+			pages = append(pages, p.URL)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("corpus: %s: %w", name, err)
+	}
+	return pages, nil
 }
