@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"pep/testbed/browser"
+	"pep/testbed/corpus"
 	"pep/testbed/report"
 	"pep/testbed/run"
 	"pep/testbed/topo"
@@ -30,6 +31,10 @@ import (
 const usage = `usage:
   testbed run [flags]     run the experiment, write OUT/results.json, OUT/report.md, plots
   testbed report -in DIR  regenerate DIR/report.md and the plots from DIR/results.json
+  testbed import -corpus PATH [-pages SPEC]
+                          import a corpus without running anything and print what
+                          it holds: pages, objects, hosts, bytes, records skipped
+                          by reason, payloads repaired, objects without a response
   testbed clean           remove what killed runs left behind (namespaces, /etc/netns)
 Run "testbed run -h" for the flags.
 `
@@ -45,6 +50,8 @@ func main() {
 		err = cmdRun(os.Args[2:])
 	case "report":
 		err = cmdReport(os.Args[2:])
+	case "import":
+		err = cmdImport(os.Args[2:], os.Stdout)
 	case "clean":
 		err = cmdClean()
 	case "-h", "-help", "--help", "help":
@@ -179,6 +186,29 @@ func cmdReport(args []string) error {
 	}
 	if !*quiet {
 		os.Stdout.Write(md)
+	}
+	return nil
+}
+
+// cmdImport loads a corpus as `testbed run` would and prints its import
+// report (corpus.ImportReport), one line each.
+func cmdImport(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("testbed import", flag.ExitOnError)
+	spec := fs.String("corpus", "default", `"default", a tp5n .tar.gz or directory, a .warc[.gz] or a directory of them`)
+	pages := fs.String("pages", "", `pages: "" (all), N (the first N) or a comma-separated list of names`)
+	fs.Parse(args)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("import: unexpected arguments %q", fs.Args())
+	}
+	c, err := corpus.Open(*spec)
+	if err != nil {
+		return err
+	}
+	if c, err = c.SelectSpec(*pages); err != nil {
+		return err
+	}
+	for _, l := range c.ImportReport() {
+		fmt.Fprintln(out, l)
 	}
 	return nil
 }

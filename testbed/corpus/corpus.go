@@ -356,7 +356,8 @@ func (c *Corpus) SelectSpec(spec string) (*Corpus, error) {
 // Open loads a corpus from spec: "default" (the embedded corpus, §4.1 of
 // the seed paper), a tp5n tarball (".tar.gz", ".tgz"), a tp5n directory
 // (one holding tp5n.manifest or tp5n/tp5n.manifest), a WARC file (".warc",
-// ".warc.gz") or a directory of WARC files. Errors quote spec.
+// ".warc.gz"), a WACZ package (".wacz") or a directory of WARC files.
+// Errors quote spec.
 func Open(spec string) (*Corpus, error) {
 	if spec == "default" {
 		return Default(), nil
@@ -383,8 +384,10 @@ func Open(spec string) (*Corpus, error) {
 		return LoadTP5NTarball(spec)
 	case strings.HasSuffix(lower, ".warc") || strings.HasSuffix(lower, ".warc.gz"):
 		return LoadWARC(spec, []string{spec}, WARCOptions{})
+	case strings.HasSuffix(lower, ".wacz"):
+		return LoadWACZ(spec)
 	}
-	return nil, fmt.Errorf("corpus: %q is not \"default\", a .tar.gz, a .warc[.gz] or a directory", spec)
+	return nil, fmt.Errorf("corpus: %q is not \"default\", a .tar.gz, a .warc[.gz], a .wacz or a directory", spec)
 }
 
 func warcFiles(dir string) ([]string, error) {

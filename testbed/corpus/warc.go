@@ -358,6 +358,9 @@ func splitPages(source string, recs []pending, opt WARCOptions) ([]*Page, error)
 			return nil, fmt.Errorf("corpus: %s: no HTML response to use as a page; name pages explicitly", source)
 		}
 	}
+	if len(opt.Pages) == 0 {
+		recs = pageFirst(recs, starts)
+	}
 	var pages []*Page
 	names := map[string]bool{}
 	var cur *Page
@@ -394,6 +397,50 @@ func splitPages(source string, recs []pending, opt WARCOptions) ([]*Page, error)
 		}
 	}
 	return pages, nil
+}
+
+// pageFirst reorders the records of each file so that records before the
+// file's first page (a browser's early requests) follow that page's
+// record, and so belong to the page of their own file rather than to the
+// previous file's page. starts is rewritten for the new order.
+func pageFirst(recs []pending, starts map[int]string) []pending {
+	out := make([]pending, 0, len(recs))
+	newStarts := map[int]string{}
+	for i := 0; i < len(recs); {
+		j := i
+		for j < len(recs) && recs[j].file == recs[i].file {
+			j++
+		}
+		first := -1
+		for k := i; k < j; k++ {
+			if _, ok := starts[k]; ok {
+				first = k
+				break
+			}
+		}
+		if first < 0 {
+			out = append(out, recs[i:j]...)
+			i = j
+			continue
+		}
+		newStarts[len(out)] = starts[first]
+		out = append(out, recs[first])
+		out = append(out, recs[i:first]...)
+		for k := first + 1; k < j; k++ {
+			if u, ok := starts[k]; ok {
+				newStarts[len(out)] = u
+			}
+			out = append(out, recs[k])
+		}
+		i = j
+	}
+	for k := range starts {
+		delete(starts, k)
+	}
+	for k, v := range newStarts {
+		starts[k] = v
+	}
+	return out
 }
 
 // resolveRevisit builds the object a revisit record stands for: the

@@ -1,6 +1,7 @@
 package corpus
 
 import (
+	"archive/zip"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -172,5 +173,65 @@ func TestWARCPagesJSONL(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "pages.jsonl"), []byte("{\"url\": \n"), 0o644)
 	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "pages.jsonl:1:") {
 		t.Errorf("bad pages.jsonl: %v", err)
+	}
+}
+
+// TestWACZ: a WACZ package's WARC files and its pages/pages.jsonl.
+func TestWACZ(t *testing.T) {
+	dir := t.TempDir()
+	w := testWARC(t, dir, true)
+	warc, err := os.ReadFile(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "x.wacz")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := zip.NewWriter(f)
+	for name, body := range map[string]string{
+		"archive/data.warc.gz": string(warc),
+		"pages/pages.jsonl":    "{\"format\": \"json-pages-1.0\"}\n{\"url\": \"http://img.c.org/logo.png\"}\n{\"url\": \"http://www.a.com/\"}\n",
+		"datapackage.json":     "{}",
+	} {
+		fw, err := zw.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fw.Write([]byte(body))
+	}
+	zw.Close()
+	f.Close()
+	c, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Pages) != 2 || c.Pages[0].URL != "http://img.c.org/logo.png" || c.Pages[1].URL != "http://www.a.com/" {
+		t.Fatalf("pages = %v", c.Pages)
+	}
+}
+
+// TestImportReport: the summary `testbed import` prints and every run
+// logs, on the servo recordings kept in testdata.
+func TestImportReport(t *testing.T) {
+	c, err := Open("testdata/servo-warc-tests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(c.ImportReport(), "\n")
+	for _, want := range []string{
+		"source testdata/servo-warc-tests: 6 pages, 189 objects",
+		"WARC records read 378; response and revisit records 189, used 189 (100.0 %)",
+		"records skipped by reason: request 189",
+		"payloads repaired: chunked_payload_taken_raw 34",
+		"objects without a response (request records never answered): 0",
+		// Records before qq's page stay with qq, not with the file before.
+		"page www.wikipedia.org: 6 objects (http 0, https 6), 1 hosts",
+		"page www.qq.com: 52 objects (http 19, https 33), 16 hosts",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("import report lacks %q:\n%s", want, got)
+		}
 	}
 }

@@ -41,6 +41,13 @@ func Markdown(r *Results, plots map[string][]string) []byte {
 		fmt.Fprintf(&b, "- profile %s: %s\n", p.Name, p.Exact)
 	}
 	b.WriteString("\n")
+	if len(c.Import) > 0 {
+		b.WriteString("## Corpus import\n\n")
+		for _, l := range c.Import {
+			fmt.Fprintf(&b, "- %s\n", l)
+		}
+		b.WriteString("\n")
+	}
 
 	for _, v := range Views(r) {
 		p := v.Profile

@@ -113,6 +113,10 @@ type RunConfig struct {
 	SplitModes  bool      `json:"split_modes"` // one testbed per (profile, run, mode) instead
 	Settle      string    `json:"settle"`      // quiet network time awaited after onload
 	SettleMax   string    `json:"settle_max"`  // longest wait for it
+	// Import is the corpus import report (corpus.ImportReport), one line
+	// each: what the run replayed, records skipped and repaired, and per
+	// page the http (rewritable) and https (spliced) objects.
+	Import []string `json:"import,omitempty"`
 }
 
 // Results is the content of results.json.

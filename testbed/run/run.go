@@ -52,9 +52,9 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range corp.Pages {
-		s := p.Summary()
-		log.Info("page", "name", s.Name, "url", s.URL, "objects", s.Objects, "hosts", s.Hosts, "bytes", s.Bytes)
+	imported := corp.ImportReport()
+	for _, l := range imported {
+		log.Info("corpus import", "line", l)
 	}
 	var profs []netem.Profile
 	for _, name := range c.Profiles {
@@ -77,7 +77,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 
 	res := &report.Results{Config: report.RunConfig{
 		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: string(c.Resolver), HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures, DNSOrigins: c.DNSOrigins, Warm: c.Warm,
-		Backend: c.Backend, VIP: "192.0.2.12", Origins: plan.Prefix.String(), Started: time.Now(),
+		Backend: c.Backend, VIP: "192.0.2.12", Origins: plan.Prefix.String(), Started: time.Now(), Import: imported,
 		Command: c.Command, PageTimeout: c.PageTimeout.String(),
 		SquidCache: "cold: Squid restarted on an empty cache folder before every (mode, run) session",
 		Parallel:   c.Parallel, SplitModes: c.SplitModes, Settle: c.Settle.String(), SettleMax: c.SettleMax.String(),
