@@ -356,7 +356,8 @@ func (c *Corpus) SelectSpec(spec string) (*Corpus, error) {
 // Open loads a corpus from spec: "default" (the embedded corpus, §4.1 of
 // the seed paper), a tp5n tarball (".tar.gz", ".tgz"), a tp5n directory
 // (one holding tp5n.manifest or tp5n/tp5n.manifest), a WARC file (".warc",
-// ".warc.gz"), a WACZ package (".wacz") or a directory of WARC files.
+// ".warc.gz"), a WACZ package (".wacz"), a directory of WARC files or a
+// Mahimahi recording folder (or a folder of them, LoadMahimahi).
 // Errors quote spec.
 func Open(spec string) (*Corpus, error) {
 	if spec == "default" {
@@ -377,7 +378,10 @@ func Open(spec string) (*Corpus, error) {
 			return nil, err
 		}
 		if len(files) == 0 {
-			return nil, fmt.Errorf("corpus: %q holds neither tp5n/tp5n.manifest nor .warc/.warc.gz files", spec)
+			if c, err := LoadMahimahi(spec); err == nil {
+				return c, nil
+			}
+			return nil, fmt.Errorf("corpus: %q holds neither tp5n/tp5n.manifest, .warc/.warc.gz files nor Mahimahi recordings", spec)
 		}
 		return LoadWARC(spec, files, WARCOptions{})
 	case strings.HasSuffix(lower, ".tar.gz") || strings.HasSuffix(lower, ".tgz"):
