@@ -9,6 +9,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,8 +31,9 @@ func main() {
 }
 
 const usage = `usage:
-  pepctl [-admin ADDR] mode [off|dns|url]
-  pepctl [-admin ADDR] status
+  pepctl [-admin ADDR[,ADDR...]] mode [off|dns|url]
+  pepctl [-admin ADDR[,ADDR...]] status
+        (several admin addresses: every gateway of an array, each line prefixed by its address)
   pepctl rewrite-html -vip IP -base URL < in.html > out.html
   pepctl squid-conf [-config pepd.yaml] [-template configs/squid.conf] [options] > squid.conf
 `
@@ -41,7 +43,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pepctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	adminAddr := fs.String("admin", "127.0.0.1:9090", "pepd's admin address (listen.admin)")
+	adminAddr := fs.String("admin", "127.0.0.1:9090", "pepd's admin address (listen.admin); several, comma-separated, for every gateway of an array")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -49,13 +51,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	c := &client{base: "http://" + *adminAddr, hc: &http.Client{Timeout: 10 * time.Second}}
 	var err error
 	switch cmd, rest := fs.Arg(0), fs.Args()[1:]; cmd {
 	case "mode":
-		err = c.mode(stdout, rest)
+		err = eachAdmin(*adminAddr, stdout, stderr, func(c *client, w io.Writer) error { return c.mode(w, rest) })
 	case "status":
-		err = c.status(stdout)
+		err = eachAdmin(*adminAddr, stdout, stderr, func(c *client, w io.Writer) error { return c.status(w) })
 	case "rewrite-html":
 		err = rewriteHTML(rest, stdin, stdout, stderr)
 	case "squid-conf":
@@ -76,6 +77,38 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 var errUsage = errors.New("usage")
+
+// eachAdmin runs f against every admin address of the comma-separated list
+// (a gateway array, docs/operations.md §7), one after the other. With one
+// address the output is f's; with several every line is prefixed by the
+// address, every gateway is tried even when one fails, and the error names
+// the ones that failed.
+func eachAdmin(list string, stdout, stderr io.Writer, f func(*client, io.Writer) error) error {
+	addrs := strings.Split(list, ",")
+	hc := &http.Client{Timeout: 10 * time.Second}
+	if len(addrs) == 1 {
+		return f(&client{base: "http://" + strings.TrimSpace(addrs[0]), hc: hc}, stdout)
+	}
+	var failed []string
+	for _, a := range addrs {
+		a = strings.TrimSpace(a)
+		var buf bytes.Buffer
+		err := f(&client{base: "http://" + a, hc: hc}, &buf)
+		for _, l := range strings.SplitAfter(buf.String(), "\n") {
+			if l != "" {
+				fmt.Fprintf(stdout, "%s: %s", a, l)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "pepctl: %s: %v\n", a, err)
+			failed = append(failed, a)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d of %d gateways failed: %s", len(failed), len(addrs), strings.Join(failed, ", "))
+	}
+	return nil
+}
 
 type client struct {
 	base string
@@ -203,6 +236,8 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 	hostsFile := fs.String("hosts-file", "none", "hosts_file")
 	user := fs.String("user", "proxy", "cache_effective_user")
 	pepdSrc := fs.String("pepd", "127.0.0.1/32", "pepd's source addresses as Squid sees them, comma-separated CIDRs")
+	peers := fs.String("peers", "", "CARP array members' array ports, host:port, comma-separated, this gateway's included, the same order on every member (docs/operations.md §7); empty: a single cache")
+	peerListen := fs.String("peer-listen", "", "this gateway's array port, host:port (with -peers)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -246,5 +281,9 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 	}
 	sc.CacheDir, sc.CacheDirMB, sc.CacheMemMB = *cacheDir, *cacheDirMB, *cacheMemMB
 	sc.LogDir, sc.PidFile, sc.HostsFile, sc.User = *logDir, *pidFile, *hostsFile, *user
+	if *peers != "" {
+		sc.Peers = strings.Split(*peers, ",")
+		sc.PeerListen = *peerListen
+	}
 	return httpproxy.RenderSquidConf(stdout, string(t), sc)
 }

@@ -73,3 +73,72 @@ func TestSquidConf(t *testing.T) {
 		t.Errorf("squid -k parse: %v\n%s", err, b)
 	}
 }
+
+// TestModeArray: -admin with several addresses switches every gateway of
+// an array, prefixes each answer with its gateway, and names a gateway
+// that cannot be reached while still switching the others.
+func TestModeArray(t *testing.T) {
+	sw1, sw2 := mode.NewSwitch(mode.Off), mode.NewSwitch(mode.DNS)
+	s1 := httptest.NewServer(admin.Handler(admin.Options{Mode: sw1}))
+	defer s1.Close()
+	s2 := httptest.NewServer(admin.Handler(admin.Options{Mode: sw2}))
+	defer s2.Close()
+	a1, a2 := strings.TrimPrefix(s1.URL, "http://"), strings.TrimPrefix(s2.URL, "http://")
+	var out, errb bytes.Buffer
+	if st := run([]string{"-admin", a1 + "," + a2, "mode", "url"}, nil, &out, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	if sw1.Get() != mode.URL || sw2.Get() != mode.URL {
+		t.Errorf("modes %v, %v; want url on both", sw1.Get(), sw2.Get())
+	}
+	if want := a1 + ": url (was off)\n" + a2 + ": url (was dns)\n"; out.String() != want {
+		t.Errorf("out %q, want %q", out.String(), want)
+	}
+	// A dead gateway: the others still switch, the exit status says so.
+	dead := httptest.NewServer(nil)
+	da := strings.TrimPrefix(dead.URL, "http://")
+	dead.Close()
+	out.Reset()
+	errb.Reset()
+	if st := run([]string{"-admin", a1 + "," + da + "," + a2, "mode", "off"}, nil, &out, &errb); st != 1 {
+		t.Errorf("status %d with a dead gateway, want 1", st)
+	}
+	if sw1.Get() != mode.Off || sw2.Get() != mode.Off {
+		t.Errorf("modes %v, %v; want off on the live ones", sw1.Get(), sw2.Get())
+	}
+	if !strings.Contains(errb.String(), "1 of 3 gateways failed: "+da) {
+		t.Errorf("stderr %q does not name the dead gateway", errb.String())
+	}
+}
+
+// TestSquidConfArray renders a CARP array member's squid.conf and, where
+// Squid is installed, has Squid parse it.
+func TestSquidConfArray(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"squid-conf", "-template", "../../configs/squid.conf", "-cache-dir", "/tmp/x", "-log-dir", "/tmp",
+		"-peers", "198.18.11.2:3127,198.18.12.2:3127", "-peer-listen", "198.18.11.2:3127"}
+	if st := run(args, nil, &out, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	for _, want := range []string{"http_port 198.18.11.2:3127 name=pep_array\n",
+		"acl pep_array_members src 198.18.11.2 198.18.12.2\n",
+		"cache_peer 198.18.11.2 parent 3127 0 carp no-query no-digest no-netdb-exchange connect-timeout=2 connect-fail-limit=2 name=pep_array0\n",
+		"cache_peer 198.18.12.2 parent 3127 0 carp no-query no-digest no-netdb-exchange connect-timeout=2 connect-fail-limit=2 name=pep_array1\n",
+		"cache deny !pep_array_port\n", "never_direct allow !pep_array_port\n", "always_direct allow pep_array_port\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("squid.conf lacks %q", want)
+		}
+	}
+	if st := run([]string{"squid-conf", "-template", "../../configs/squid.conf", "-peers", "198.18.11.2:3127"}, nil, &out, &errb); st != 1 {
+		t.Errorf("peers without -peer-listen: status %d, want 1", st)
+	}
+	bin, err := exec.LookPath("squid")
+	if err != nil {
+		t.Skip("squid not installed: parse check skipped")
+	}
+	f := filepath.Join(t.TempDir(), "squid.conf")
+	os.WriteFile(f, out.Bytes(), 0o644)
+	if b, err := exec.Command(bin, "-k", "parse", "-f", f).CombinedOutput(); err != nil || bytes.Contains(b, []byte("ERROR")) || bytes.Contains(b, []byte("FATAL")) {
+		t.Errorf("squid -k parse: %v\n%s", err, b)
+	}
+}

@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -28,6 +29,17 @@ type SquidConf struct {
 	PidFile         string
 	User            string // cache_effective_user
 	ShutdownSeconds int
+	// Peers are the cache array's members (docs/operations.md §7), each the
+	// host:port of its PeerListen, this gateway's own included, in the same
+	// order on every member. Empty: a single cache. With peers, Squid
+	// forwards a request from pepd to the member that CARP (Squid's
+	// cache_peer carp, the Cache Array Routing Protocol draft) assigns the
+	// URL, and only that member stores the object: each object is fetched
+	// from the origin and stored once for the whole array.
+	Peers []string
+	// PeerListen is this member's array port, host:port, reachable from the
+	// other members; required with Peers.
+	PeerListen string
 }
 
 // ForbiddenRanges are the destination ranges Squid refuses, the same as
@@ -61,8 +73,28 @@ func RenderSquidConf(w io.Writer, tmpl string, c SquidConf) error {
 			return fmt.Errorf("httpproxy: squid.conf: %s is empty", name)
 		}
 	}
+	if len(c.Peers) > 0 {
+		if c.PeerListen == "" {
+			return fmt.Errorf("httpproxy: squid.conf: Peers without PeerListen")
+		}
+		for _, p := range c.Peers {
+			if _, _, err := net.SplitHostPort(p); err != nil {
+				return fmt.Errorf("httpproxy: squid.conf: peer %q: %w", p, err)
+			}
+		}
+	}
 	t, err := template.New("squid.conf").Option("missingkey=error").Funcs(template.FuncMap{
 		"join": strings.Join,
+		"host": func(hp string) string { h, _, _ := net.SplitHostPort(hp); return h },
+		"port": func(hp string) string { _, p, _ := net.SplitHostPort(hp); return p },
+		"hosts": func(hps []string) string {
+			var hs []string
+			for _, hp := range hps {
+				h, _, _ := net.SplitHostPort(hp)
+				hs = append(hs, h)
+			}
+			return strings.Join(hs, " ")
+		},
 		"joinInts": func(p []uint16, sep string) string {
 			s := make([]string, len(p))
 			for i, x := range p {
