@@ -346,6 +346,15 @@ func (lp *loader) waitViaAfter(via string, t0 time.Time, timeout time.Duration) 
 // folder) and waits until its port accepts.
 func startSquid(t *testing.T, gw *netNS) {
 	t.Helper()
+	startSquidWith(t, gw, fmt.Sprintf("pepfailopen%d", os.Getpid()), nil)
+}
+
+// startSquidWith is startSquid with a Squid service name of the caller's
+// (unique per Squid: /dev/shm is shared by every namespace) and mod, when
+// not nil, applied to the configuration before rendering. It returns the
+// log folder (access.log, cache.log).
+func startSquidWith(t *testing.T, gw *netNS, service string, mod func(*httpproxy.SquidConf)) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "pep6squid")
 	if err != nil {
 		t.Fatal(err)
@@ -361,6 +370,9 @@ func startSquid(t *testing.T, gw *netNS) {
 	c.CacheDir, c.CacheDirMB, c.CacheMemMB = filepath.Join(dir, "cache"), 16, 8
 	c.LogDir, c.PidFile = filepath.Join(dir, "log"), filepath.Join(dir, "squid.pid")
 	c.ShutdownSeconds = 0
+	if mod != nil {
+		mod(&c)
+	}
 	var buf bytes.Buffer
 	if err := httpproxy.RenderSquidConf(&buf, string(tmpl), c); err != nil {
 		t.Fatal(err)
@@ -377,7 +389,6 @@ func startSquid(t *testing.T, gw *netNS) {
 	}
 	// A service name of its own: Squid names its shared memory segments
 	// (/dev/shm, shared by every namespace) after it.
-	service := fmt.Sprintf("pepfailopen%d", os.Getpid())
 	gw.exec(t, "squid", "-n", service, "-z", "-N", "-f", conf)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := gw.command(ctx, "squid", "-n", service, "-N", "-f", conf)
@@ -403,7 +414,7 @@ func startSquid(t *testing.T, gw *netNS) {
 		err := gw.do(func() (err error) { conn, err = net.DialTimeout("tcp", c.Listen, time.Second); return err })
 		if err == nil {
 			conn.Close()
-			return
+			return c.LogDir
 		}
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(filepath.Join(c.LogDir, "cache.log"))

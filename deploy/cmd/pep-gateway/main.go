@@ -5,6 +5,9 @@
 //	pep-gateway env    [flags] > /etc/default/pep-gateway   (read by pep-nftables.service)
 //	pep-gateway routes [flags]                              (the ip(8) commands, one a line)
 //	pep-gateway dns-guard -probe 127.0.0.1:5353             (keeps the dns_alive set; pep-dns-guard.service)
+//	pep-gateway director -gateway gw1=10.0.1.2,http://10.0.1.2:9090/healthz -gateway gw2=...
+//	                                                        (a gateway array's director: ruleset, routes, health checks)
+//	pep-gateway director-render|director-routes [same flags] (print the director's ruleset or ip commands)
 package main
 
 import (
@@ -14,6 +17,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -27,8 +31,12 @@ func main() {
 		usage()
 	}
 	cmd := os.Args[1]
-	if cmd == "dns-guard" {
+	switch cmd {
+	case "dns-guard":
 		dnsGuard(os.Args[2:])
+		return
+	case "director", "director-render", "director-routes":
+		director(cmd, os.Args[2:])
 		return
 	}
 	g := deploy.Default()
@@ -114,8 +122,82 @@ func dnsGuard(args []string) {
 	}
 }
 
+// gatewayFlags collects repeated -gateway NAME=NEXTHOP,HEALTHURL values.
+type gatewayFlags []deploy.ArrayGateway
+
+func (g *gatewayFlags) String() string { return fmt.Sprint(*g) }
+
+func (g *gatewayFlags) Set(v string) error {
+	name, rest, ok := strings.Cut(v, "=")
+	hop, health, ok2 := strings.Cut(rest, ",")
+	if !ok || !ok2 || name == "" {
+		return fmt.Errorf("%q is not NAME=NEXTHOP,HEALTHURL", v)
+	}
+	a, err := netip.ParseAddr(hop)
+	if err != nil {
+		return fmt.Errorf("%q: next hop: %w", v, err)
+	}
+	*g = append(*g, deploy.ArrayGateway{Name: name, NextHop: a, Health: health})
+	return nil
+}
+
+// director runs (or prints the ruleset or routes of) a gateway array's
+// director (deploy.Director): at start it installs the policy routing and
+// the ruleset with every gateway up, then health-checks until SIGTERM.
+func director(cmd string, args []string) {
+	fs := flag.NewFlagSet("pep-gateway "+cmd, flag.ExitOnError)
+	var gws gatewayFlags
+	fs.Var(&gws, "gateway", "a gateway of the array, NAME=NEXTHOP,HEALTHURL (repeat; the same order on every director)")
+	ifs := fs.String("sub-if", "sub0", "subscriber-facing interfaces, comma-separated")
+	nets := fs.String("sub-net", "198.18.0.0/24", "subscriber source ranges, comma-separated")
+	d := deploy.Director{}
+	fs.DurationVar(&d.Interval, "interval", 200*time.Millisecond, "time between probes of each gateway")
+	fs.DurationVar(&d.Timeout, "timeout", 300*time.Millisecond, "timeout of one probe")
+	fs.IntVar(&d.Fall, "fall", 2, "failed probes in a row that withdraw a gateway")
+	fs.IntVar(&d.Rise, "rise", 2, "good probes in a row that bring it back")
+	fs.Parse(args)
+	d.Gateways = gws
+	d.SubscriberIfs = strings.Split(*ifs, ",")
+	for _, s := range strings.Split(*nets, ",") {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			fail(fmt.Errorf("pep-gateway: -sub-net: %q: %w", s, err))
+		}
+		d.SubscriberNets = append(d.SubscriberNets, p)
+	}
+	d.Log = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "director")
+	rules, err := d.Ruleset()
+	if err != nil {
+		fail(err)
+	}
+	switch cmd {
+	case "director-render":
+		os.Stdout.Write(rules)
+		return
+	case "director-routes":
+		for _, c := range d.Routes() {
+			fmt.Println(strings.Join(c, " "))
+		}
+		return
+	}
+	for _, c := range d.Routes() {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil && !strings.Contains(string(out), "File exists") {
+			fail(fmt.Errorf("pep-gateway: %s: %v: %s", strings.Join(c, " "), err, out))
+		}
+	}
+	if err := d.Nft(string(rules)); err != nil {
+		fail(err)
+	}
+	d.Log.Info("director started", "gateways", len(d.Gateways))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := d.Run(ctx); err != nil {
+		fail(err)
+	}
+}
+
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pep-gateway render|env|routes|dns-guard [flags]  (pep-gateway render -h lists the flags)")
+	fmt.Fprintln(os.Stderr, "usage: pep-gateway render|env|routes|dns-guard|director|director-render|director-routes [flags]  (pep-gateway render -h lists the flags)")
 	os.Exit(2)
 }
 
