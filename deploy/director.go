@@ -40,7 +40,7 @@ type ArrayGateway struct {
 	Health string
 }
 
-// Director is the front of a gateway array (docs/operations.md §7). The
+// Director is the front of a gateway array (docs/operations.md §6). The
 // kernel forwards; the director only decides which gateway each hash
 // bucket of subscriber addresses goes to: bucket b belongs to gateway
 // b mod N while that gateway is healthy, and to the healthy gateways in

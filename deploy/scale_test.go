@@ -18,10 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"pep/internal/cputime"
 	"pep/internal/httpproxy"
 )
 
-// The scale-out tests (issue 14, docs/operations.md §7) build a gateway
+// The scale-out tests (issue 14, docs/operations.md §6) build a gateway
 // array in namespaces:
 //
 //	[sub j] eth0 198.18.0.(10+j) ─┐
@@ -181,7 +182,7 @@ listen:
 	// listens and while later members are not up yet, and marks the ones
 	// that did not answer dead until a later probe: members would disagree
 	// on owners. Once every member listens, a reconfigure starts every
-	// member with every peer up (docs/operations.md §7: start the array,
+	// member with every peer up (docs/operations.md §6: start the array,
 	// then squid -k reconfigure on each member).
 	for i, gw := range a.gws {
 		conf := filepath.Join(filepath.Dir(a.squidLogs[i]), "squid.conf")
@@ -501,7 +502,33 @@ func TestScaleThroughput(t *testing.T) {
 		t.Fatalf("wrk output without Requests/sec:\n%s", out)
 		return 0, ""
 	}
+	// CPU time of the gateways' processes (pepd, every Squid process),
+	// read around each phase: what one cached request costs the array.
+	gwCPU := func() time.Duration {
+		var sum time.Duration
+		var pids []int
+		for _, p := range a.pepd {
+			pids = append(pids, p.Process.Pid)
+		}
+		for _, svc := range a.squids {
+			out, _ := exec.Command("pgrep", "-f", "squid -n "+svc).Output()
+			for _, f := range strings.Fields(string(out)) {
+				if n, err := strconv.Atoi(f); err == nil {
+					pids = append(pids, n)
+				}
+			}
+		}
+		for _, pid := range pids {
+			if d, err := cputime.Of(pid); err == nil {
+				sum += d
+			}
+		}
+		return sum
+	}
+	c0 := gwCPU()
+	t0 := time.Now()
 	one, _ := wrk(on[0])
+	c1, t1 := gwCPU(), time.Now()
 	var two [2]float64
 	var wg sync.WaitGroup
 	for k, j := range on {
@@ -509,6 +536,23 @@ func TestScaleThroughput(t *testing.T) {
 		go func() { defer wg.Done(); two[k], _ = wrk(j) }()
 	}
 	wg.Wait()
-	t.Logf("cached 8 KB object through the director, wrk -t1 -c50 -d%s per subscriber:\n| gateways loaded | requests/s |\n|---|---:|\n| 1 | %.0f |\n| 2 | %.0f (%.0f + %.0f) |\n(2 cores shared by the subscribers' wrk, the director, both pepd and both Squid)",
-		dur, one, two[0]+two[1], two[0], two[1])
+	c2, t2 := gwCPU(), time.Now()
+	perReq := func(cpu time.Duration, rps float64, wall time.Duration) float64 {
+		return float64(cpu.Microseconds()) / (rps * wall.Seconds())
+	}
+	u1, u2 := perReq(c1-c0, one, t1.Sub(t0)), perReq(c2-c1, two[0]+two[1], t2.Sub(t1))
+	t.Logf("cached 8 KB object through the director, wrk -t1 -c50 -d%s per subscriber (load average before: %s):\n"+
+		"| gateways loaded | requests/s | gateway CPU (pepd + Squid) per request | gateway CPU used |\n|---|---:|---:|---:|\n"+
+		"| 1 | %.0f | %.0f µs | %.2f cores |\n| 2 | %.0f (%.0f + %.0f) | %.0f µs | %.2f cores |\n"+
+		"(2 cores shared by the subscribers' wrk, the director's forwarding, both pepd and both Squid)",
+		dur, loadavg(), one, u1, (c1 - c0).Seconds()/t1.Sub(t0).Seconds(), two[0]+two[1], two[0], two[1], u2, (c2 - c1).Seconds()/t2.Sub(t1).Seconds())
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -79,7 +79,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 var errUsage = errors.New("usage")
 
 // eachAdmin runs f against every admin address of the comma-separated list
-// (a gateway array, docs/operations.md §7), one after the other. With one
+// (a gateway array, docs/operations.md §6), one after the other. With one
 // address the output is f's; with several every line is prefixed by the
 // address, every gateway is tried even when one fails, and the error names
 // the ones that failed.
@@ -236,7 +236,7 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 	hostsFile := fs.String("hosts-file", "none", "hosts_file")
 	user := fs.String("user", "proxy", "cache_effective_user")
 	pepdSrc := fs.String("pepd", "127.0.0.1/32", "pepd's source addresses as Squid sees them, comma-separated CIDRs")
-	peers := fs.String("peers", "", "CARP array members' array ports, host:port, comma-separated, this gateway's included, the same order on every member (docs/operations.md §7); empty: a single cache")
+	peers := fs.String("peers", "", "CARP array members' array ports, host:port, comma-separated, this gateway's included, the same order on every member (docs/operations.md §6); empty: a single cache")
 	peerListen := fs.String("peer-listen", "", "this gateway's array port, host:port (with -peers)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -29,7 +29,7 @@ type SquidConf struct {
 	PidFile         string
 	User            string // cache_effective_user
 	ShutdownSeconds int
-	// Peers are the cache array's members (docs/operations.md §7), each the
+	// Peers are the cache array's members (docs/operations.md §6), each the
 	// host:port of its PeerListen, this gateway's own included, in the same
 	// order on every member. Empty: a single cache. With peers, Squid
 	// forwards a request from pepd to the member that CARP (Squid's
