@@ -80,7 +80,13 @@ testbed)
 	cp -r netem/profiles "$ctx/netem/"
 	base=${BASE_IMAGE:-}
 	if [ -z "$base" ]; then
-		if docker image inspect pep/bookworm-base >/dev/null 2>&1; then base=pep/bookworm-base; else base=debian:bookworm-slim; fi
+		# No registry is reachable from a build machine: build the base
+		# image locally the first time (debootstrap, docker import).
+		if ! docker image inspect pep/bookworm-base >/dev/null 2>&1; then
+			echo "compose: pep/bookworm-base missing: building it (compose.sh base)" >&2
+			"$0" base
+		fi
+		base=pep/bookworm-base
 	fi
 	out=${PEP_COMPOSE_OUT:-$top/compose-out}
 	mkdir -p "$out"
