@@ -1,6 +1,6 @@
 # deploy/deploy.mk: included by the top Makefile.
 
-.PHONY: deploy-check failopen-test compose-base compose-testbed scale-test
+.PHONY: deploy-check failopen-test compose-deps compose-base compose-testbed scale-test
 
 deploy-check: ## validate deploy/: ruleset in a namespace, systemd units, sysctl, alert rules, compose file (root)
 	$(GO) test -count=1 -run 'TestRulesetLoads|TestRender|TestRouting|TestRefresh|TestSystemdUnits|TestSysctlConf|TestAlertRules|TestComposeFile' -v ./deploy/
@@ -8,10 +8,19 @@ deploy-check: ## validate deploy/: ruleset in a namespace, systemd units, sysctl
 failopen-test: build ## kill -9 and SIGSTOP pepd while pages load through the TPROXY ruleset; prints recovery times (root)
 	$(GO) test -count=1 -run 'TestTPROXYFailsOpen|TestDNSRedirectGuarded|TestUnit|TestFailOpen' -v ./deploy/
 
-compose-base: ## build pep/bookworm-base with debootstrap and docker import (root, docker.io, debootstrap)
+# The compose testbed's own Debian packages (the engine, the base image's
+# bootstrapper), installed when missing like DEB_PKGS (top Makefile).
+COMPOSE_PKGS := docker.io debootstrap docker-compose
+
+compose-deps: ## install docker.io, debootstrap and docker-compose when missing (root)
+	@$(MAKE) --no-print-directory deps DEB_PKGS='$(COMPOSE_PKGS)'
+
+compose-base: compose-deps ## build pep/bookworm-base with debootstrap and docker import (root)
 	deploy/docker/compose.sh base
 
-compose-testbed: build ## build the compose testbed's images and run a smoke experiment (root, docker.io, docker-compose)
+# One command on a fresh machine: packages, the base image when missing
+# (compose.sh testbed builds it), pep's binaries, the images, the run.
+compose-testbed: compose-deps build ## build what is missing (packages, base image, images) and run the compose testbed; prints its report (root)
 	deploy/docker/compose.sh testbed
 
 scale-test: deps build ## gateway array in namespaces: director + 2 gateways (pepd, Squid CARP): cross-gateway hit, mode switch, failover, throughput 1 vs 2 gateways (root)

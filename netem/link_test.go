@@ -219,8 +219,11 @@ pep_netem_dns_queries_total{direction="up",profile="fast"} 2
 # TYPE pep_netem_syns_total counter
 pep_netem_syns_total{direction="down",profile="fast"} 0
 pep_netem_syns_total{direction="up",profile="fast"} 1
+# HELP pep_netem_syns_by_dst_total TCP SYNs (without ACK) that entered the radio link, by destination address ("other": beyond the series bound).
+# TYPE pep_netem_syns_by_dst_total counter
+pep_netem_syns_by_dst_total{direction="up",dst="` + gw.String() + `",profile="fast"} 1
 `
-	if err := testutil.CollectAndCompare(NewCollector(link), strings.NewReader(want), "pep_netem_syns_total", "pep_netem_dns_queries_total"); err != nil {
+	if err := testutil.CollectAndCompare(NewCollector(link), strings.NewReader(want), "pep_netem_syns_total", "pep_netem_dns_queries_total", "pep_netem_syns_by_dst_total"); err != nil {
 		t.Error(err)
 	}
 	link.ResetCounters()

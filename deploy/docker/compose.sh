@@ -50,6 +50,18 @@ mirror() {
 	echo "${m:-http://deb.debian.org/debian}"
 }
 
+# security_mirror: the security suite's URI this machine's apt uses. The
+# images must install the same package versions as the namespace testbed's
+# host (Debian ships Chromium's updates through bookworm-security: without
+# it the client image gets bookworm's older Chromium, which asks the
+# resolver for other service names and measures differently).
+security_mirror() {
+	local m
+	m=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}' | grep security | head -1)
+	[ -n "$m" ] || m=$(grep -hs '^deb ' /etc/apt/sources.list | awk '{print $2}' | grep security | head -1)
+	echo "${m:-http://deb.debian.org/debian-security}"
+}
+
 case ${1:-} in
 base)
 	command -v debootstrap >/dev/null || { echo "compose: apt-get install -y debootstrap" >&2; exit 1; }
@@ -60,8 +72,10 @@ base)
 	echo "compose: debootstrap --variant=minbase bookworm from $m" >&2
 	debootstrap --variant=minbase bookworm "$root" "$m" >"$work/debootstrap.log" 2>&1 ||
 		{ tail -20 "$work/debootstrap.log" >&2; exit 1; }
-	# Images need no apt caches or docs; point apt at the same mirror.
-	echo "deb $m bookworm main" >"$root/etc/apt/sources.list"
+	# Images need no apt caches or docs; point apt at the same mirror and
+	# suites as this machine (security included: see security_mirror).
+	printf 'deb %s bookworm main\ndeb %s bookworm-updates main\ndeb %s bookworm-security main\n' \
+		"$m" "$m" "$(security_mirror)" >"$root/etc/apt/sources.list"
 	rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/usr/share/doc/* "$root"/usr/share/man/*
 	tar -C "$root" -c . | docker import -c 'CMD ["/bin/bash"]' - pep/bookworm-base
 	rm -rf "$root"
@@ -80,7 +94,18 @@ testbed)
 	cp -r netem/profiles "$ctx/netem/"
 	base=${BASE_IMAGE:-}
 	if [ -z "$base" ]; then
-		if docker image inspect pep/bookworm-base >/dev/null 2>&1; then base=pep/bookworm-base; else base=debian:bookworm-slim; fi
+		# No registry is reachable from a build machine: build the base
+		# image locally the first time (debootstrap, docker import).
+		if ! docker image inspect pep/bookworm-base >/dev/null 2>&1; then
+			echo "compose: pep/bookworm-base missing: building it (compose.sh base)" >&2
+			"$0" base
+		elif ! docker run --rm pep/bookworm-base grep -q bookworm-security /etc/apt/sources.list; then
+			# Built before its sources held the security suite: its
+			# images would get an older Chromium than the host's.
+			echo "compose: pep/bookworm-base lacks bookworm-security: rebuilding it" >&2
+			"$0" base
+		fi
+		base=pep/bookworm-base
 	fi
 	out=${PEP_COMPOSE_OUT:-$top/compose-out}
 	mkdir -p "$out"

@@ -354,8 +354,8 @@ type Scraper struct {
 type LinkSnapshot struct {
 	// Profile is the emulated profile's name (the series' profile label).
 	Profile string
-	// Counters holds the counters by direction; ConnsByDst is empty (the
-	// collector does not export SYNs by destination).
+	// Counters holds the counters by direction, ConnsByDst included (up to
+	// netem.MaxDstSeries addresses per direction).
 	Counters netem.Counters
 }
 
@@ -383,8 +383,9 @@ func (s *Scraper) Scrape(ctx context.Context) (LinkSnapshot, error) {
 
 // ParseLinkMetrics reads netem.NewCollector's series from a Prometheus
 // text exposition: pep_netem_{packets,bytes,syns,dns_queries,
-// capture_drops}_total and pep_netem_drops_total{cause=loss|queue|any},
-// each by direction (up: mobile to network, down: the reverse). Errors
+// capture_drops}_total, pep_netem_drops_total{cause=loss|queue|any} and
+// pep_netem_syns_by_dst_total{dst=ADDR} (Counters.ConnsByDst), each by
+// direction (up: mobile to network, down: the reverse). Errors
 // name the series; an exposition without pep_netem_syns_total is an error
 // (not a link emulator's).
 func ParseLinkMetrics(r io.Reader) (LinkSnapshot, error) {
@@ -442,6 +443,14 @@ func ParseLinkMetrics(r io.Reader) (LinkSnapshot, error) {
 				d.DNSQueries = v
 			case "pep_netem_capture_drops_total":
 				d.CaptureDrops = v
+			case "pep_netem_syns_by_dst_total":
+				a, err := netip.ParseAddr(labels["dst"])
+				if err != nil {
+					// "other": beyond the collector's series bound; counted
+					// in pep_netem_syns_total but not attributable.
+					continue
+				}
+				d.ConnsByDst[a] = v
 			case "pep_netem_drops_total":
 				switch labels["cause"] {
 				case "loss":

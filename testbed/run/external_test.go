@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -101,5 +102,24 @@ func TestScrape(t *testing.T) {
 	}
 	if _, err := (&Scraper{URL: srv.URL + "/nope"}).Scrape(context.Background()); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("missing endpoint: err %v, want a 404", err)
+	}
+}
+
+// TestParseLinkMetricsByDst: SYNs by destination, in the form the netem
+// collector's test pins (pep_netem_syns_by_dst_total), become ConnsByDst;
+// the "other" bucket beyond the series bound is not attributed.
+func TestParseLinkMetricsByDst(t *testing.T) {
+	in := `pep_netem_syns_total{direction="up",profile="3g"} 7
+pep_netem_syns_by_dst_total{direction="up",dst="192.0.2.12",profile="3g"} 4
+pep_netem_syns_by_dst_total{direction="up",dst="198.19.0.7",profile="3g"} 2
+pep_netem_syns_by_dst_total{direction="up",dst="other",profile="3g"} 1
+`
+	s, err := ParseLinkMetrics(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Counters.Up.ConnsByDst
+	if len(got) != 2 || got[netip.MustParseAddr("192.0.2.12")] != 4 || got[netip.MustParseAddr("198.19.0.7")] != 2 {
+		t.Errorf("ConnsByDst = %v", got)
 	}
 }
