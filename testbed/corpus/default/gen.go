@@ -266,7 +266,7 @@ var sites = []siteDef{
 		a("blazy", "z.cdn.turner.com", "/cnn/.element/js/2.0/blazy.min.js", file("libjs-blazy:"+nodejs+"blazy/blazy.min.js")),
 		a("reqwest", "z.cdn.turner.com", "/cnn/.element/js/2.0/reqwest.min.js", file("libjs-reqwest:"+js+"reqwest/reqwest.min.js")),
 		// Photographs: the lead, three section stories, ten thumbnails.
-		a("lead", "i.cnn.net", "/cnn/2004/TECH/space/05/17/falcon.launch/top.rocket.jpg", jpg(sk("rocket.jpg"), "460x259", "", 88, true)),
+		a("lead", "i.cnn.net", "/cnn/2004/TECH/space/05/17/falcon.launch/top.rocket.jpg", jpg(sk("rocket.jpg"), "460x290", "", 85, true)),
 		a("s1", "i2.cdn.turner.com", "/cnn/2004/TECH/space/05/17/crew/story.astronaut.jpg", jpg(sk("astronaut.png"), "260x146", "512x288+0+40", 80, false)),
 		a("s2", "i2.cdn.turner.com", "/cnn/2004/HEALTH/05/17/eye.scan/story.retina.jpg", jpg(sk("retina.jpg"), "260x146", "1200x675+100+368", 80, false)),
 		a("s3", "i2.cdn.turner.com", "/cnn/2004/LIVING/05/17/coffee/story.coffee.jpg", jpg(sk("coffee.png"), "260x146", "", 80, true)),
@@ -281,8 +281,8 @@ var sites = []siteDef{
 		a("th9", "i.cnn.net", "/cnn/2004/LIVING/05/17/t1.espresso.jpg", jpg(sk("coffee.png"), "140x79", "240x135+180+120", 80, false)),
 		a("th10", "i.cnn.net", "/cnn/2004/HEALTH/05/17/t1.eye.jpg", jpg(sk("retina.jpg"), "140x79", "480x270+700+600", 80, false)),
 		a("ad", "ads.cnn.com", "/html.ng/site=cnn&cnn_pagetype=main&cnn_position=300x250_rgt/deepfield_300x250.jpg", jpg(sk("hubble_deep_field.jpg"), "300x250", "600x500+200+200", 80, false)),
-		a("tx1", "i.cdn.turner.com", "/cnn/.element/img/2.0/bg/header_gravel.jpg", jpg(sk("gravel.png"), "160x160", "", 70, false)),
-		a("tx2", "i.cdn.turner.com", "/cnn/.element/img/2.0/bg/section_grass.jpg", jpg(sk("grass.png"), "300x40", "512x68+0+200", 70, false)),
+		a("tx1", "i.cdn.turner.com", "/cnn/.element/img/2.0/bg/header_gravel.jpg", jpg(sk("gravel.png"), "160x160", "", 75, false)),
+		a("tx2", "i.cdn.turner.com", "/cnn/.element/img/2.0/bg/section_grass.jpg", jpg(sk("grass.png"), "300x40", "512x68+0+200", 75, false)),
 		// Graphics: logo, navigation sprite, section icons (from the style sheet), weather, tools.
 		a("logo", "i.cdn.turner.com", "/cnn/.element/img/2.0/global/logo.png", svgPNG(tango("scalable/apps/internet-news-reader.svg"), 128, false)),
 		a("nav", "i.cdn.turner.com", "/cnn/.element/img/2.0/global/nav_sprite.png", sprite(false,
@@ -340,7 +340,7 @@ var sites = []siteDef{
 		a("p2", "media-2.britannica.com", "/eb-media/62/93462-004-COFFEE.jpg", jpg(sk("coffee.png"), "240x180", "", 80, false)),
 		a("p3", "media-2.britannica.com", "/eb-media/77/92577-004-RETINA.jpg", jpg(sk("retina.jpg"), "240x180", "", 80, false)),
 		a("banner", "ads.eb.com", "/ads/468x60/space_exhibit.jpg", jpg(sk("hubble_deep_field.jpg"), "468x60", "1000x128+0+300", 75, false)),
-		a("tx", "images.britannica.com", "/eb/i/bg/brick.jpg", jpg(sk("brick.png"), "200x200", "", 70, false)),
+		a("tx", "images.britannica.com", "/eb/i/bg/brick.jpg", jpg(sk("brick.png"), "200x200", "", 75, false)),
 		a("sprite", "images.britannica.com", "/eb/i/sprite_tools.png", sprite(false,
 			tango("16x16/actions/document-print.png"), tango("16x16/actions/mail-forward.png"),
 			tango("16x16/actions/bookmark-new.png"), tango("16x16/actions/edit-find.png"),
