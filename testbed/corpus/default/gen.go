@@ -85,9 +85,8 @@ type asset struct {
 	Inputs []string // "package:/file", or "tmpl:src/x.css" (rendered first)
 	// Cmd is a bash script: inputs are $1..$n, the output is $OUT; empty
 	// means the inputs concatenated.
-	Cmd     string
-	License string // overrides the package licence
-	Credit  string // what the source is
+	Cmd    string
+	Credit string // a note on what the object is, for NOTICE
 }
 
 func (a asset) url() string { return "http://" + a.Host + a.Path }
@@ -419,9 +418,17 @@ type entry struct {
 	Len   int // characters of text
 }
 
+// para is a paragraph of prose (one line) or of verse (its lines), as HTML:
+// text escaped, the source's _underscored_ words in <em>.
 type para struct {
 	Verse bool
-	Lines []string
+	Lines []htmltemplate.HTML
+}
+
+var underscored = regexp.MustCompile(`_([^_]+)_`)
+
+func toHTML(s string) htmltemplate.HTML {
+	return htmltemplate.HTML(underscored.ReplaceAllString(htmltemplate.HTMLEscapeString(s), "<em>$1</em>"))
 }
 
 // dictionary reads dict-devil's dictd database: the index gives each
@@ -478,21 +485,21 @@ func dictionary() []entry {
 		for _, block := range strings.Split(body, "\n\n") {
 			lines := strings.Split(block, "\n")
 			verse := strings.HasPrefix(lines[0], "    ") || (len(e.Paras) > 0 && strings.HasPrefix(lines[0], "  "))
-			var p para
-			p.Verse = verse
+			p := para{Verse: verse}
 			if verse {
 				for _, l := range lines {
-					p.Lines = append(p.Lines, strings.TrimSpace(l))
+					l = strings.TrimSpace(l)
+					e.Len += len(l)
+					p.Lines = append(p.Lines, toHTML(l))
 				}
 			} else {
 				var words []string
 				for _, l := range lines {
 					words = append(words, strings.Fields(l)...)
 				}
-				p.Lines = []string{strings.Join(words, " ")}
-			}
-			for _, l := range p.Lines {
+				l := strings.Join(words, " ")
 				e.Len += len(l)
+				p.Lines = []htmltemplate.HTML{toHTML(l)}
 			}
 			e.Paras = append(e.Paras, p)
 		}
@@ -510,10 +517,10 @@ func titleCase(s string) string {
 	return strings.Join(ws, " ")
 }
 
+var nonAlnum = regexp.MustCompile(`[^a-z0-9]+`)
+
 func slug(s string) string {
-	s = strings.ToLower(s)
-	s = regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(s, "-")
-	return strings.Trim(s, "-")
+	return strings.Trim(nonAlnum.ReplaceAllString(strings.ToLower(s), "-"), "-")
 }
 
 // textCursor hands out a page's entries in alphabetical order from a start,
@@ -552,7 +559,7 @@ func (e entry) hasVerse() bool {
 }
 
 // Lead is the entry's first prose paragraph.
-func (e entry) Lead() string {
+func (e entry) Lead() htmltemplate.HTML {
 	for _, p := range e.Paras {
 		if !p.Verse {
 			return p.Lines[0]
@@ -808,6 +815,22 @@ func report(w io.Writer, s siteDef, objs []*built) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "  img   %3d objects %7d bytes %5.1f %% (target %4.1f %%)\n", count["jpeg"]+count["png"]+count["gif"], img, 100*float64(img)/float64(total), 100*typeShare["img"])
+	// The row of the corpus README's bytes-by-type table.
+	cell := func(n, b int, of int) string {
+		return fmt.Sprintf("%d, %s, %.1f %%", n, thousands(b), 100*float64(b)/float64(of))
+	}
+	fmt.Fprintf(w, "  README: | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Name,
+		cell(count["html"], bytesBy["html"], total), cell(count["css"], bytesBy["css"], total), cell(count["js"], bytesBy["js"], total),
+		cell(count["jpeg"], bytesBy["jpeg"], img), cell(count["png"], bytesBy["png"], img), cell(count["gif"], bytesBy["gif"], img),
+		cell(count["jpeg"]+count["png"]+count["gif"], img, total))
+}
+
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func writeNoticeHead(w io.Writer) {
