@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Rebuilds testbed/corpus/default/{site,NOTICE} from pinned Debian and npm
 # packages (see gen.go). Needs root for apt-get; installs the tools it lacks.
-# The output is committed: nothing here runs at build or test time.
+# The output is committed: nothing here runs at build or test time. gen.go
+# imports package corpus (PaperSites), which embeds site/: restore a deleted
+# site/ with git checkout before rebuilding.
 set -euo pipefail
 cd "$(dirname "$0")"
 declare -A tools=([convert]=imagemagick [cjpeg]=libjpeg-turbo-progs [pngquant]=pngquant

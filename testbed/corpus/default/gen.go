@@ -35,6 +35,8 @@ import (
 	"sort"
 	"strings"
 	texttemplate "text/template"
+
+	"pep/testbed/corpus"
 )
 
 // pkg is one pinned source package.
@@ -91,13 +93,48 @@ type asset struct {
 
 func (a asset) url() string { return "http://" + a.Host + a.Path }
 
-// siteDef is one page: its template and its objects.
+// siteDef is one page: its template (src/<Name>.html) and its embedded
+// objects. Its hosts, object count and total come from corpus.PaperSites.
 type siteDef struct {
 	Name   string
-	Host   string // the page's host; the page is http://Host/index.html
-	Bytes  int    // the paper's total (KB = 1024), page included
 	From   string // first Devil's Dictionary headword the page's text uses
 	Assets []asset
+	paper  corpus.PaperSite
+}
+
+// Host is the page's host: the page is http://Host/index.html.
+func (s siteDef) Host() string { return s.paper.Hosts[0] }
+
+// Bytes is the paper's total for the page and its objects.
+func (s siteDef) Bytes() int { return int(s.paper.Bytes) }
+
+// check ties the definition to its PaperSite: the same number of embedded
+// objects, every host one of the site's, every host used.
+func (s *siteDef) check() {
+	for _, p := range corpus.PaperSites {
+		if p.Name == s.Name {
+			s.paper = p
+		}
+	}
+	if s.paper.Name == "" {
+		log.Fatalf("%s: not in corpus.PaperSites", s.Name)
+	}
+	if len(s.Assets) != s.paper.Embedded {
+		log.Fatalf("%s: %d objects, the paper has %d", s.Name, len(s.Assets), s.paper.Embedded)
+	}
+	used := map[string]bool{s.Host(): true}
+	for _, a := range s.Assets {
+		used[a.Host] = true
+	}
+	for _, h := range s.paper.Hosts {
+		if !used[h] {
+			log.Fatalf("%s: no object on %s", s.Name, h)
+		}
+		delete(used, h)
+	}
+	if len(used) > 0 {
+		log.Fatalf("%s: hosts not in corpus.PaperSites: %v", s.Name, used)
+	}
 }
 
 // skimage data: file, licence, credit (skimage/data/_fetchers.py).
@@ -231,7 +268,7 @@ const (
 )
 
 var sites = []siteDef{
-	{Name: "yahoo", Host: "www.yahoo.com", Bytes: 74 * 1024, From: "ABASEMENT", Assets: []asset{
+	{Name: "yahoo", From: "ABASEMENT", Assets: []asset{
 		a("css", "l.yimg.com", "/a/lib/fp/fp_2004_1.css", bundle(pure+"grids-min.css", "tmpl:src/yahoo.css")),
 		a("head", "l.yimg.com", "/a/lib/head/head.min.js", file("libjs-headjs:"+js+"headjs/head.min.js")),
 		a("mousetrap", "l.yimg.com", "/a/lib/mousetrap/mousetrap.min.js", file("libjs-mousetrap:"+js+"mousetrap/mousetrap.min.js")),
@@ -252,7 +289,7 @@ var sites = []siteDef{
 		a("spinner", "www.yahoo.com", "/i/spinner.gif", spinner(tango("16x16/animations/process-working.png"), 16)),
 		a("beacon", "www.yahoo.com", "/p.gif", beacon()),
 	}},
-	{Name: "cnn", Host: "www.cnn.com", Bytes: 197 * 1024, From: "GALLOWS", Assets: []asset{
+	{Name: "cnn", From: "GALLOWS", Assets: []asset{
 		a("base", "i.cdn.turner.com", "/cnn/.element/css/2.0/base-min.css", file(pure+"base-min.css")),
 		a("grids", "i.cdn.turner.com", "/cnn/.element/css/2.0/grids-min.css", file(pure+"grids-min.css")),
 		a("menus", "i.cdn.turner.com", "/cnn/.element/css/2.0/menus-min.css", file(pure+"menus-min.css")),
@@ -319,7 +356,7 @@ var sites = []siteDef{
 		a("beacon1", "www.cnn.com", "/.element/img/2.0/s.gif", beacon()),
 		a("beacon2", "ads.cnn.com", "/event.ng/Type=count&ClientType=2&AdID=40453/b.gif", beacon()),
 	}},
-	{Name: "britannica", Host: "www.britannica.com", Bytes: 178 * 1024, From: "RABBLE", Assets: []asset{
+	{Name: "britannica", From: "RABBLE", Assets: []asset{
 		a("milligram", "css.eb.com", "/eb/css/milligram.min.css", file("libjs-milligram:"+js+"milligram/milligram.min.css")),
 		a("site", "css.eb.com", "/eb/css/britannica.css", bundle("tmpl:src/britannica.css")),
 		a("underscore", "js.eb.com", "/eb/js/underscore-min.js", file("libjs-underscore:"+js+"underscore/underscore.min.js")),
@@ -613,6 +650,7 @@ func main() {
 	writeNoticeHead(&notice)
 	var table bytes.Buffer
 	for _, s := range sites {
+		s.check()
 		objs := buildSite(here, s, dict)
 		writeNoticeSite(&notice, s, objs)
 		report(&table, s, objs)
@@ -685,9 +723,9 @@ func buildSite(here string, s siteDef, dict []entry) []*built {
 	for _, o := range objs {
 		others += len(o.Body)
 	}
-	target := s.Bytes - others
+	target := s.Bytes() - others
 	page := fitHTML(here, s, dict, byID, target)
-	top := &built{asset: asset{ID: "page", Host: s.Host, Path: "/index.html", Credit: "page layout written for this corpus; text from The Devil's Dictionary"},
+	top := &built{asset: asset{ID: "page", Host: s.Host(), Path: "/index.html", Credit: "page layout written for this corpus; text from The Devil's Dictionary"},
 		Body: page, Type: "html", Source: []string{"tmpl:src/" + s.Name + ".html", "dict-devil:/usr/share/dictd/devil.dict.dz"}}
 	objs = append([]*built{top}, objs...)
 	for _, o := range objs {
@@ -804,7 +842,7 @@ func report(w io.Writer, s siteDef, objs []*built) {
 	zw.Write(text)
 	zw.Close()
 	fmt.Fprintf(w, "%s: %d objects (%d embedded), %d hosts, %d bytes (paper %d, %+.2f %%); text gzip -6 keeps %.1f %%\n",
-		s.Name, len(objs), len(objs)-1, len(hosts), total, s.Bytes, 100*float64(total-s.Bytes)/float64(s.Bytes), 100*float64(z.Len())/float64(len(text)))
+		s.Name, len(objs), len(objs)-1, len(hosts), total, s.Bytes(), 100*float64(total-s.Bytes())/float64(s.Bytes()), 100*float64(z.Len())/float64(len(text)))
 	for _, t := range []string{"html", "css", "js", "jpeg", "png", "gif"} {
 		fmt.Fprintf(w, "  %-5s %3d objects %7d bytes %5.1f %%", t, count[t], bytesBy[t], 100*float64(bytesBy[t])/float64(total))
 		if sh, ok := typeShare[t]; ok {
@@ -848,7 +886,7 @@ package's copyright file (Debian) or LICENSE (npm) and the Apache-2.0 text.
 }
 
 func writeNoticeSite(w io.Writer, s siteDef, objs []*built) {
-	fmt.Fprintf(w, "%s (http://%s/index.html)\n%s\n\n", s.Name, s.Host, strings.Repeat("-", len(s.Name)+len(s.Host)+21))
+	fmt.Fprintf(w, "%s (http://%s/index.html)\n%s\n\n", s.Name, s.Host(), strings.Repeat("-", len(s.Name)+len(s.Host())+21))
 	for _, o := range objs {
 		fmt.Fprintf(w, "%s  (%d bytes)\n", o.url(), len(o.Body))
 		for _, src := range o.Source {
