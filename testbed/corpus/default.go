@@ -62,7 +62,7 @@ var defaultSite embed.FS
 // the site's hosts. The objects are real, redistributable content, built by
 // default/build.sh (default/gen.go) and listed with source package and
 // licence in default/NOTICE: JPEG photographs (baseline and progressive,
-// quality 70-85) and PNG/GIF graphics from public-domain and CC0 images,
+// quality 75-85) and PNG/GIF graphics from public-domain and CC0 images,
 // JavaScript and CSS from permissively licensed libraries, and page text
 // from a public-domain book. About a third of each page's images are
 // referenced from its site style sheet through url(). Each page's bytes are
