@@ -2,9 +2,10 @@
 // pages (a name and a top-level URL), the hostnames they use, and the stored
 // objects keyed by (host, path with query). It imports three sources: the
 // Mozilla Talos tp5n mirror (tp5n.go), WARC files, ISO 28500 (warc.go), and an
-// embedded default generated to match the seed paper's three sites, §4.1
-// (default.go). It also plans one origin address per hostname and writes the
-// carrier resolver's dnsmasq configuration (plan.go).
+// embedded default made of real, redistributable content to the seed paper's
+// three sites, §4.1 (default.go, built by default/build.sh). It also plans one
+// origin address per hostname and writes the carrier resolver's dnsmasq
+// configuration (plan.go).
 package corpus
 
 import (
