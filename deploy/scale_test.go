@@ -545,7 +545,7 @@ func TestScaleThroughput(t *testing.T) {
 		"| gateways loaded | requests/s | gateway CPU (pepd + Squid) per request | gateway CPU used |\n|---|---:|---:|---:|\n"+
 		"| 1 | %.0f | %.0f µs | %.2f cores |\n| 2 | %.0f (%.0f + %.0f) | %.0f µs | %.2f cores |\n"+
 		"(2 cores shared by the subscribers' wrk, the director's forwarding, both pepd and both Squid)",
-		dur, loadavg(), one, u1, (c1 - c0).Seconds()/t1.Sub(t0).Seconds(), two[0]+two[1], two[0], two[1], u2, (c2 - c1).Seconds()/t2.Sub(t1).Seconds())
+		dur, loadavg(), one, u1, (c1-c0).Seconds()/t1.Sub(t0).Seconds(), two[0]+two[1], two[0], two[1], u2, (c2-c1).Seconds()/t2.Sub(t1).Seconds())
 }
 
 func loadavg() string {
