@@ -80,6 +80,10 @@ func cmdRun(args []string) error {
 	resolver := fs.String("resolver", string(c.Resolver), "Chromium's resolver: builtin (AsyncDns) or system (getaddrinfo)")
 	fs.BoolVar(&c.HTTPSRR, "https-rr", false, "let Chromium ask for HTTPS records (type 65) beside A records")
 	fs.BoolVar(&c.Unpartitioned, "unpartitioned", false, "turn off Chromium's partitioning of connections and host cache by top-level site")
+	fs.StringVar(&c.OriginCompress, "origin-compress", "auto", "replay origin's content coding: auto (gzip text when the request accepts it, as nginx with gzip on), none, recorded (WARC records as recorded)")
+	fs.StringVar(&c.CCPhone, "cc-phone", "cubic", "TCP congestion control of the phone's namespace (mn)")
+	fs.StringVar(&c.CCGW, "cc-gw", "cubic", "TCP congestion control of the gateway's namespace (pepd, Squid)")
+	fs.StringVar(&c.CCOrigin, "cc-origin", "cubic", "TCP congestion control of the origin's namespace (core)")
 	fs.StringVar(&c.DNSOrigins, "dns-origins", "", "pepd's dns.origins: keep (origins after the VIP) or drop (the VIP alone); default keep")
 	disableFeatures := fs.String("disable-features", "", "more Chromium features to turn off, comma-separated (e.g. HappyEyeballsV3)")
 	fs.DurationVar(&c.PageTimeout, "page-timeout", c.PageTimeout, "time limit of one page load")
@@ -104,7 +108,7 @@ func cmdRun(args []string) error {
 		return err
 	}
 	c.Resolver = r
-	c.Command = strings.Join(os.Args, " ")
+	c.Command = run.ShellQuote(os.Args)
 	if err := c.Validate(); err != nil {
 		return err
 	}

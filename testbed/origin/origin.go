@@ -7,6 +7,7 @@ package origin
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -21,6 +22,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"pep/testbed/corpus"
@@ -58,7 +60,61 @@ type Config struct {
 	MaxAge time.Duration
 	// Logger receives one line per miss and server errors; nil discards.
 	Logger *slog.Logger
+	// Compress is what the origin compresses (CompressAuto when empty).
+	Compress Compress
 }
+
+// Compress selects the origin's content coding of responses.
+type Compress string
+
+const (
+	// CompressAuto gzips text types (html, css, js, json, svg, xml, plain;
+	// TextType) when the request accepts gzip, as a stock nginx with
+	// `gzip on; gzip_vary on;` does: level 1 (nginx's gzip_comp_level
+	// default), bodies of at least 20 bytes (gzip_min_length), a weak ETag,
+	// Vary: Accept-Encoding on every text response, no ranges of the
+	// compressed body. A body with a recorded Content-Encoding is served as
+	// recorded.
+	CompressAuto Compress = "auto"
+	// CompressNone compresses nothing (the behaviour before this option);
+	// recorded encodings are served as recorded.
+	CompressNone Compress = "none"
+	// CompressRecorded replays WARC records with the encoding they were
+	// recorded with (a text body recorded uncompressed stays so); objects
+	// without recorded headers (tp5n, the default pages) get CompressAuto.
+	CompressRecorded Compress = "recorded"
+)
+
+// ParseCompress parses "auto", "none" or "recorded" ("" is auto).
+func ParseCompress(s string) (Compress, error) {
+	switch c := Compress(s); c {
+	case "":
+		return CompressAuto, nil
+	case CompressAuto, CompressNone, CompressRecorded:
+		return c, nil
+	}
+	return "", fmt.Errorf("origin: compress %q is not auto, none or recorded", s)
+}
+
+// TextType reports whether a Content-Type is one CompressAuto gzips: HTML,
+// CSS, JavaScript, JSON, SVG, XML and plain text (nginx's gzip_types as
+// most configurations set them).
+func TextType(ct string) bool {
+	ct = strings.ToLower(strings.TrimSpace(ct))
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = strings.TrimSpace(ct[:i])
+	}
+	switch ct {
+	case "text/html", "text/css", "text/plain", "text/xml", "text/javascript", "application/javascript",
+		"application/x-javascript", "application/ecmascript", "application/json", "application/xml",
+		"image/svg+xml", "application/xhtml+xml", "application/rss+xml", "application/atom+xml":
+		return true
+	}
+	return strings.HasSuffix(ct, "+json") || strings.HasSuffix(ct, "+xml")
+}
+
+// gzipMinLength is nginx's gzip_min_length default, in bytes.
+const gzipMinLength = 20
 
 // Origin serves a corpus. Its methods are safe for concurrent use.
 type Origin struct {
@@ -74,6 +130,8 @@ type Origin struct {
 	hostPages map[string][]string
 	topPages  map[string]string
 	etags     map[*corpus.Object]string
+	compress  Compress
+	gzipped   sync.Map // *corpus.Object -> []byte, made once per object
 }
 
 // New builds an origin for cfg and generates its CA. A nil corpus is an
@@ -88,6 +146,10 @@ func New(cfg Config) (*Origin, error) {
 	}
 	o := &Origin{c: cfg.Corpus, plan: cfg.Plan, lastMod: cfg.LastModified, log: cfg.Logger, ca: ca,
 		stats: newStats(), hostPages: map[string][]string{}, topPages: map[string]string{}, etags: map[*corpus.Object]string{}}
+	var err2 error
+	if o.compress, err2 = ParseCompress(string(cfg.Compress)); err2 != nil {
+		return nil, err2
+	}
 	if o.lastMod.IsZero() {
 		o.lastMod = DefaultLastModified
 	}
@@ -269,7 +331,71 @@ func (o *Origin) serveObject(w http.ResponseWriter, r *http.Request, obj *corpus
 		}
 		return
 	}
-	http.ServeContent(w, r, "", modTime, bytes.NewReader(obj.Body))
+	body := obj.Body
+	if o.shouldGzip(h, obj) {
+		h.Add("Vary", "Accept-Encoding")
+		if acceptsGzip(r) && len(body) >= gzipMinLength {
+			body = o.gzipBody(obj)
+			h.Set("Content-Encoding", "gzip")
+			if et := h.Get("ETag"); et != "" && !strings.HasPrefix(et, "W/") {
+				h.Set("ETag", "W/"+et) // as nginx: the strong validator is the identity body's
+			}
+			// nginx serves no ranges of a compressed body: the whole
+			// response, 200.
+			r = r.Clone(r.Context())
+			r.Header.Del("Range")
+		}
+	}
+	http.ServeContent(w, r, "", modTime, bytes.NewReader(body))
+}
+
+// shouldGzip reports whether obj's 200 response is one the origin
+// compresses under its Compress setting (before looking at the request).
+func (o *Origin) shouldGzip(h http.Header, obj *corpus.Object) bool {
+	switch {
+	case o.compress == CompressNone, o.compress == CompressRecorded && obj.Header != nil:
+		return false
+	case h.Get("Content-Encoding") != "":
+		return false
+	}
+	return TextType(h.Get("Content-Type"))
+}
+
+// gzipBody returns obj's body gzipped at level 1, made once per object.
+func (o *Origin) gzipBody(obj *corpus.Object) []byte {
+	if b, ok := o.gzipped.Load(obj); ok {
+		return b.([]byte)
+	}
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	zw.Write(obj.Body) //nolint:errcheck // bytes.Buffer
+	zw.Close()
+	b, _ := o.gzipped.LoadOrStore(obj, buf.Bytes())
+	return b.([]byte)
+}
+
+// acceptsGzip reports whether the request's Accept-Encoding allows gzip
+// (RFC 9110 §12.5.3): "gzip" or "*" with a q-value above 0.
+func acceptsGzip(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept-Encoding") {
+		for _, part := range strings.Split(v, ",") {
+			coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			coding = strings.ToLower(strings.TrimSpace(coding))
+			if coding != "gzip" && coding != "x-gzip" && coding != "*" {
+				continue
+			}
+			q := 1.0
+			for _, p := range strings.Split(params, ";") {
+				if k, v, ok := strings.Cut(strings.TrimSpace(p), "="); ok && strings.EqualFold(k, "q") {
+					if f, err := strconv.ParseFloat(v, 64); err == nil {
+						q = f
+					}
+				}
+			}
+			return q > 0
+		}
+	}
+	return false
 }
 
 func bodyAllowed(status int) bool {

@@ -23,6 +23,16 @@ func Markdown(r *Results, plots map[string][]string) []byte {
 		part = "not partitioned (PartitionConnectionsByNetworkIsolationKey and SplitHostCacheByNetworkAnonymizationKey off)"
 	}
 	fmt.Fprintf(&b, "- Chromium resolver: %s; HTTPS records asked: %v; connections and host cache %s\n", c.Resolver, c.HTTPSRR, part)
+	oc := c.OriginCompress
+	if oc == "" {
+		oc = "none (results from before -origin-compress)"
+	}
+	fmt.Fprintf(&b, "- origin content coding: %s\n", oc)
+	if len(c.CC) > 0 {
+		fmt.Fprintf(&b, "- TCP congestion control (read back from each namespace): phone %s, gateway %s, origin %s\n", c.CC["phone"], c.CC["gateway"], c.CC["origin"])
+	} else {
+		b.WriteString("- TCP congestion control: not recorded (the host's default in every namespace)\n")
+	}
 	if c.DNSOrigins != "" {
 		fmt.Fprintf(&b, "- pepd dns.origins: %s\n", c.DNSOrigins)
 	}

@@ -98,7 +98,17 @@ type RunConfig struct {
 	// DisableFeatures are further Chromium features the run turned off.
 	DisableFeatures []string `json:"disable_features,omitempty"`
 	// DNSOrigins is pepd's dns.origins in the run ("" = keep).
-	DNSOrigins  string    `json:"dns_origins,omitempty"`
+	DNSOrigins string `json:"dns_origins,omitempty"`
+	// OriginCompress is the replay origin's content coding (auto, none,
+	// recorded; "" in results from before the option: none).
+	OriginCompress string `json:"origin_compress,omitempty"`
+	// CC is the TCP congestion control read back from each namespace after
+	// setup: "phone", "gateway", "origin" ("" in older results: the host's
+	// default, bbr on this project's machines).
+	CC map[string]string `json:"congestion_control,omitempty"`
+	// ModeOrder says how the sessions of a run were ordered ("" in older
+	// results: the order of Modes in every run).
+	ModeOrder   string    `json:"mode_order,omitempty"`
 	Warm        bool      `json:"warm"`
 	Backend     string    `json:"link_backend"`
 	Browser     string    `json:"browser"` // user agent

@@ -38,6 +38,7 @@ type Bed struct {
 	squid      *squid
 	pep        *pep
 	mode       string
+	compress   string // origin.Compress
 }
 
 // BedOptions are what NewBed needs besides the run's Config.
@@ -57,7 +58,15 @@ func NewBed(ctx context.Context, rc Config, o BedOptions, log *slog.Logger) (b *
 	tc := topo.Default()
 	tc.Origins = o.Plan.Prefix
 	tc.WiredEmulated = o.Wired != nil
-	b = &Bed{Plan: o.Plan, Profile: o.Profile, logs: o.Logs, log: log.With("profile", o.Profile.Name), mode: "direct"}
+	for _, cc := range []struct {
+		dst *string
+		v   string
+	}{{&tc.CCPhone, rc.CCPhone}, {&tc.CCGW, rc.CCGW}, {&tc.CCOrigin, rc.CCOrigin}} {
+		if cc.v != "" {
+			*cc.dst = cc.v
+		}
+	}
+	b = &Bed{Plan: o.Plan, Profile: o.Profile, logs: o.Logs, log: log.With("profile", o.Profile.Name), mode: "direct", compress: rc.OriginCompress}
 	defer func() {
 		if err != nil {
 			b.Close()
@@ -118,7 +127,7 @@ func NewBed(ctx context.Context, rc Config, o BedOptions, log *slog.Logger) (b *
 // startOrigin serves the corpus from core on every origin address (the
 // AnyIP route makes the whole prefix local there), ports 80 and 443.
 func (b *Bed) startOrigin(c *corpus.Corpus) error {
-	o, err := origin.New(origin.Config{Corpus: c, Plan: b.Plan, Logger: b.log.With("component", "origin")})
+	o, err := origin.New(origin.Config{Corpus: c, Plan: b.Plan, Logger: b.log.With("component", "origin"), Compress: origin.Compress(b.compress)})
 	if err != nil {
 		return err
 	}

@@ -3,11 +3,13 @@ package run
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"pep/testbed/browser"
+	"pep/testbed/origin"
 )
 
 // Modes the runner knows, in the seed paper's order (direct is its NULL).
@@ -53,6 +55,13 @@ type Config struct {
 	// default, keep): whether dns-mode answers keep the origin addresses
 	// after the VIP.
 	DNSOrigins string
+	// OriginCompress is the replay origin's content coding
+	// (origin.Compress: auto, none or recorded; "" = auto).
+	OriginCompress string
+	// CCPhone, CCGW and CCOrigin are the TCP congestion control of the
+	// phone (mn), gateway and origin (core) namespaces ("" = cubic;
+	// topo.Config).
+	CCPhone, CCGW, CCOrigin string
 	// PageTimeout bounds one page load; Settle is the quiet time after
 	// onload and SettleMax the longest wait for it (browser.Options).
 	PageTimeout, Settle, SettleMax time.Duration
@@ -89,6 +98,15 @@ func Default() Config {
 func (c Config) Validate() error {
 	if c.DNSOrigins != "" && c.DNSOrigins != "keep" && c.DNSOrigins != "drop" {
 		return fmt.Errorf("run: -dns-origins %q is not one of keep, drop", c.DNSOrigins)
+	}
+	if _, err := origin.ParseCompress(c.OriginCompress); err != nil {
+		return fmt.Errorf("run: -origin-compress: %w", err)
+	}
+	avail, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	for _, cc := range []struct{ flag, v string }{{"cc-phone", c.CCPhone}, {"cc-gw", c.CCGW}, {"cc-origin", c.CCOrigin}} {
+		if cc.v != "" && len(avail) > 0 && !slices.Contains(strings.Fields(string(avail)), cc.v) {
+			return fmt.Errorf("run: -%s %q is not one of this kernel's congestion controls (%s)", cc.flag, cc.v, strings.TrimSpace(string(avail)))
+		}
 	}
 	if c.Corpus == "" {
 		return fmt.Errorf("run: corpus: empty")
@@ -139,8 +157,33 @@ func (c Config) LogValue() slog.Value {
 		slog.String("modes", strings.Join(c.Modes, ",")), slog.Int("runs", c.Runs),
 		slog.String("out", c.Out), slog.Bool("warm", c.Warm), slog.String("resolver", string(c.Resolver)), slog.Bool("https_rr", c.HTTPSRR), slog.Bool("unpartitioned", c.Unpartitioned),
 		slog.String("disable_features", strings.Join(c.DisableFeatures, ",")),
-		slog.String("dns_origins", c.DNSOrigins),
+		slog.String("dns_origins", c.DNSOrigins), slog.String("origin_compress", c.OriginCompress),
+		slog.String("cc_phone", c.CCPhone), slog.String("cc_gw", c.CCGW), slog.String("cc_origin", c.CCOrigin),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
 		slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),
 	)
+}
+
+// ShellQuote joins args into one line a POSIX shell reads back as the same
+// words: an argument of only safe characters (letters, digits and
+// -_./:,=+@%) stays as it is, anything else (empty, spaces, quotes, $, *,
+// ...) goes in single quotes, with each ' written as '\”. The recorded
+// command of a run can so be pasted back into a shell.
+func ShellQuote(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		safe := a != ""
+		for _, r := range a {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:,=+@%", r)) {
+				safe = false
+				break
+			}
+		}
+		if safe {
+			out[i] = a
+		} else {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
 }

@@ -25,7 +25,9 @@ import (
 	"pep/netem"
 	"pep/testbed/browser"
 	"pep/testbed/corpus"
+	"pep/testbed/origin"
 	"pep/testbed/report"
+	"pep/testbed/topo"
 )
 
 // Run runs the experiment c describes, writes Out/results.json after every
@@ -81,6 +83,8 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		Command: c.Command, PageTimeout: c.PageTimeout.String(),
 		SquidCache: "cold: Squid restarted on an empty cache folder before every (mode, run) session",
 		Parallel:   c.Parallel, SplitModes: c.SplitModes, Settle: c.Settle.String(), SettleMax: c.SettleMax.String(),
+		OriginCompress: string(originCompress(c.OriginCompress)),
+		ModeOrder:      "rotated: run r's sessions start with mode (r-1) mod the number of modes",
 	}}
 	if c.Warm {
 		res.Config.SquidCache = "warm: Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session"
@@ -103,10 +107,13 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
 	}
 	var mu sync.Mutex // guards res and the bar
-	save := func(recs []report.Record, backend, ua string) error {
+	save := func(recs []report.Record, backend, ua string, cc map[string]string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		res.Config.Backend = backend // the same for every profile
+		if res.Config.CC == nil {
+			res.Config.CC = cc
+		}
 		if res.Config.Browser == "" {
 			res.Config.Browser = ua
 		}
@@ -192,7 +199,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // runUnit builds one testbed for prof and runs the sessions of one run in
 // modes on it, in order.
 func runUnit(ctx context.Context, c Config, prof netem.Profile, run int, modes []string, wired *netem.Profile, corp *corpus.Corpus, plan *corpus.Plan,
-	log *slog.Logger, save func(recs []report.Record, backend, ua string) error, step func(string)) error {
+	log *slog.Logger, save func(recs []report.Record, backend, ua string, cc map[string]string) error, step func(string)) error {
 	logs := filepath.Join(c.Out, "logs", prof.Name, fmt.Sprintf("run%d", run))
 	if c.SplitModes {
 		logs = filepath.Join(logs, modes[0])
@@ -207,12 +214,23 @@ func runUnit(ctx context.Context, c Config, prof netem.Profile, run int, modes [
 		return err
 	}
 	defer bed.Close()
-	for _, m := range modes {
+	cc := map[string]string{}
+	for _, r := range bed.Topo.Config.CCs() {
+		got, err := topo.ReadCC(r.NS)
+		if err != nil {
+			return err
+		}
+		if got != r.CC {
+			return fmt.Errorf("run: %s namespace runs %s congestion control, want %s", r.Role, got, r.CC)
+		}
+		cc[r.Role] = got
+	}
+	for _, m := range RotateModes(modes, run) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		recs, ua, err := session(ctx, c, bed, m, run, corp, step)
-		if serr := save(recs, bed.Link.Backend().String(), ua); serr != nil && err == nil {
+		if serr := save(recs, bed.Link.Backend().String(), ua, cc); serr != nil && err == nil {
 			err = serr
 		}
 		if err != nil {
@@ -220,6 +238,21 @@ func runUnit(ctx context.Context, c Config, prof netem.Profile, run int, modes [
 		}
 	}
 	return nil
+}
+
+// RotateModes returns the session order of run (1-based): modes rotated
+// so that run r starts with modes[(r-1) mod len(modes)], and no mode always
+// goes first (a cold machine, a cold page cache, a fresh link favour or
+// handicap the first session).
+func RotateModes(modes []string, run int) []string {
+	if len(modes) == 0 {
+		return nil
+	}
+	k := (run - 1) % len(modes)
+	if k < 0 {
+		k += len(modes)
+	}
+	return append(slices.Clone(modes[k:]), modes[:k]...)
 }
 
 // session is one browser loading every page in order in one mode.
@@ -328,4 +361,9 @@ func sortRecords(recs []report.Record, profiles []string) {
 		}
 		return a.Seq < b.Seq
 	})
+}
+
+func originCompress(s string) origin.Compress {
+	c, _ := origin.ParseCompress(s) // Validate checked it
+	return c
 }

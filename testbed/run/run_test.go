@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -174,3 +175,34 @@ func TestInterruptLeavesNothing(t *testing.T) {
 type tLog struct{ t *testing.T }
 
 func (w tLog) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+
+// TestShellQuoteRoundTrip: the recorded command reads back through a shell
+// as the same words (the empty -pages of `make testbed`, spaces, quotes,
+// globs, $).
+func TestShellQuoteRoundTrip(t *testing.T) {
+	args := []string{"bin/testbed", "run", "-corpus", "../shared/corpus/tp5n.tar.gz", "-pages", "", "-out", "my out",
+		"-disable-features", "A,B", "-x", "it's", "*.png", "$HOME", `a"b\c`, "-modes=direct,url"}
+	line := ShellQuote(args)
+	out, err := exec.Command("sh", "-c", `printf '%s\0' `+line).Output()
+	if err != nil {
+		t.Fatalf("sh: %v (line %s)", err, line)
+	}
+	got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	if !slices.Equal(got, args) {
+		t.Errorf("through sh:\n%q\nwant\n%q\n(line %s)", got, args, line)
+	}
+}
+
+// TestRotateModes: run r starts with mode (r-1) mod n; every run has every
+// mode once.
+func TestRotateModes(t *testing.T) {
+	m := []string{"direct", "off", "dns", "url"}
+	for r, want := range map[int][]string{
+		1: {"direct", "off", "dns", "url"}, 2: {"off", "dns", "url", "direct"},
+		4: {"url", "direct", "off", "dns"}, 5: {"direct", "off", "dns", "url"},
+	} {
+		if got := RotateModes(m, r); !slices.Equal(got, want) {
+			t.Errorf("run %d: %v, want %v", r, got, want)
+		}
+	}
+}

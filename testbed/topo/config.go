@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync/atomic"
 )
 
@@ -40,6 +42,27 @@ type Config struct {
 	// the radio link, so that a wired delay can be emulated there. Without
 	// it gw and core share one veth pair.
 	WiredEmulated bool
+
+	// CCPhone, CCGW and CCOrigin are the TCP congestion control of mn, gw
+	// and core (net.ipv4.tcp_congestion_control, set per namespace: a new
+	// namespace inherits the host's, bbr on this project's machines, and
+	// most web servers and phones run CUBIC). Default: "cubic" each.
+	CCPhone, CCGW, CCOrigin string
+}
+
+// CCs returns the namespaces whose congestion control Plan sets and the
+// algorithm of each: phone (mn), gateway (gw), origin (core).
+func (c Config) CCs() []struct{ Role, NS, CC string } {
+	return []struct{ Role, NS, CC string }{{"phone", c.MNNS(), c.CCPhone}, {"gateway", c.GWNS(), c.CCGW}, {"origin", c.CoreNS(), c.CCOrigin}}
+}
+
+// ReadCC reads back a namespace's TCP congestion control.
+func ReadCC(ns string) (string, error) {
+	out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-n", "net.ipv4.tcp_congestion_control").Output()
+	if err != nil {
+		return "", fmt.Errorf("topo: congestion control of %s: %w", ns, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 var prefixSeq atomic.Int64
@@ -63,6 +86,9 @@ func Default() Config {
 		Origins:   netip.MustParsePrefix("198.19.0.0/16"),
 		VIP:       netip.MustParseAddr("192.0.2.12"),
 		Resolver:  netip.MustParseAddr("198.18.1.2"),
+		CCPhone:   "cubic",
+		CCGW:      "cubic",
+		CCOrigin:  "cubic",
 	}
 }
 

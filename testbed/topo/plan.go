@@ -41,6 +41,13 @@ func Plan(c Config, bridge bool) []Cmd {
 		add("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
 	}
 
+	// TCP congestion control where TCP ends: phone, gateway, origin.
+	for _, r := range c.CCs() {
+		if r.CC != "" {
+			add("ip", "netns", "exec", r.NS, "sysctl", "-qw", "net.ipv4.tcp_congestion_control="+r.CC)
+		}
+	}
+
 	// Radio link: mn radio0 <-> radio a, radio b <-> gw radio0.
 	add("ip", "link", "add", IfMN, "netns", c.MNNS(), "type", "veth", "peer", "name", IfEmuA, "netns", c.RadioNS())
 	add("ip", "link", "add", IfGWRadio, "netns", c.GWNS(), "type", "veth", "peer", "name", IfEmuB, "netns", c.RadioNS())

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +59,13 @@ func Up(ctx context.Context, c Config, bridge bool, log *slog.Logger) (*Topology
 		return nil, err
 	}
 	t := &Topology{Config: c, log: log.With("topo", c.Prefix), created: map[string]bool{}}
+	var ccs []string
+	for _, r := range c.CCs() {
+		ccs = append(ccs, r.CC)
+	}
+	if err := AllowCC(ccs, t.log); err != nil {
+		return nil, err
+	}
 	t.log.Info("topology up", "mn", c.MN, "gw_radio", c.GWRadio, "gw_wired", c.GWWired, "core", c.Core,
 		"origins", c.Origins, "vip", c.VIP, "resolver", c.Resolver, "wired_emulated", c.WiredEmulated, "bridge", bridge)
 	for _, cmd := range Plan(c, bridge) {
@@ -389,4 +397,37 @@ func (b *tailBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf)
+}
+
+// allowedCCFile lists the congestion control algorithms a network
+// namespace other than the host's may make its default.
+const allowedCCFile = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+// AllowCC makes sure every named congestion control algorithm may be a
+// namespace's default: Linux lets a namespace other than the host's choose
+// only algorithms in the host's net.ipv4.tcp_allowed_congestion_control
+// (tcp_set_default_congestion_control: EPERM otherwise), which holds reno
+// and the host's own default (bbr here). Missing ones are appended to the
+// host's list (logged); nothing is removed. Empty names are ignored.
+func AllowCC(names []string, log *slog.Logger) error {
+	b, err := os.ReadFile(allowedCCFile)
+	if err != nil {
+		return fmt.Errorf("topo: %w", err)
+	}
+	allowed := strings.Fields(string(b))
+	var add []string
+	for _, n := range names {
+		if n != "" && !slices.Contains(allowed, n) && !slices.Contains(add, n) {
+			add = append(add, n)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	v := strings.Join(append(allowed, add...), " ")
+	if err := os.WriteFile(allowedCCFile, []byte(v), 0o644); err != nil {
+		return fmt.Errorf("topo: allow congestion control %s in namespaces (%s): %w", strings.Join(add, ", "), allowedCCFile, err)
+	}
+	log.Info("congestion control allowed in namespaces", "added", strings.Join(add, ","), "allowed", v)
+	return nil
 }

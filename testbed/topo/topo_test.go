@@ -126,6 +126,14 @@ func TestUpReachCloseNothingLeft(t *testing.T) {
 	}
 	defer top.Close()
 
+	// Congestion control read back from each namespace where TCP ends:
+	// CUBIC, not the host's default every new namespace inherits.
+	for _, r := range c.CCs() {
+		if got, err := ReadCC(r.NS); err != nil || got != "cubic" {
+			t.Errorf("%s (%s): congestion control %q, %v; want cubic", r.Role, r.NS, got, err)
+		}
+	}
+
 	// A listener in core on every origin address (AnyIP route) and one
 	// in gw on the VIP.
 	var coreLn, gwLn net.Listener
