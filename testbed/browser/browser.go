@@ -298,6 +298,15 @@ type Page struct {
 	// PLT is navigationStart to loadEventEnd; DCL navigationStart to
 	// domContentLoadedEventEnd.
 	PLT, DCL time.Duration
+	// TTFB is navigationStart to the document's responseStart (Navigation
+	// Timing Level 2: the first byte of the top-level document's
+	// response). FCP is the first-contentful-paint entry's startTime (Paint
+	// Timing); LCP the last largest-contentful-paint candidate's renderTime
+	// (loadTime for images without Timing-Allow-Origin), read with a
+	// buffered PerformanceObserver after the page settled (Largest
+	// Contentful Paint, W3C). Zero when the page has none (no contentful
+	// element) or did not load.
+	TTFB, FCP, LCP time.Duration
 	// Bytes is the sum over finished requests of Network.loadingFinished's
 	// encodedDataLength: response bytes as received, headers included.
 	Bytes int64
@@ -469,13 +478,51 @@ func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 			p.Err = fmt.Sprintf("no loadEventEnd within %s", s.opts.PageTimeout)
 		}
 	}
+	if p.Loaded {
+		p.TTFB, p.FCP, p.LCP = paintTimes(pctx)
+	}
 	n.mu.Lock()
 	out := p
 	out.Hosts, out.DocHosts, out.ConnsByIP = maps.Clone(p.Hosts), maps.Clone(p.DocHosts), maps.Clone(p.ConnsByIP)
 	n.mu.Unlock()
 	out.Wall = time.Since(start)
-	s.log.Debug("page", "url", rawURL, "loaded", out.Loaded, "plt", out.PLT, "requests", out.Requests, "bytes", out.Bytes, "failed", out.Failed, "err", out.Err)
+	s.log.Debug("page", "url", rawURL, "loaded", out.Loaded, "plt", out.PLT, "ttfb", out.TTFB, "fcp", out.FCP, "lcp", out.LCP, "requests", out.Requests, "bytes", out.Bytes, "failed", out.Failed, "err", out.Err)
 	return out, nil
+}
+
+// paintJS starts a buffered observer of largest-contentful-paint entries
+// that leaves the latest candidate's time in window.__pepLCP (-1 until the
+// buffered entries arrive, which is a task later).
+const paintJS = `(() => { window.__pepLCP = -1;
+  try { new PerformanceObserver((l) => { let v = 0; for (const x of l.getEntries()) v = Math.max(v, x.renderTime || x.loadTime || x.startTime); window.__pepLCP = v; })
+      .observe({type: 'largest-contentful-paint', buffered: true}); } catch (e) { window.__pepLCP = 0; }
+  setTimeout(() => { if (window.__pepLCP < 0) window.__pepLCP = 0; }, 500);
+  return true; })()`
+
+type paintTiming struct {
+	TTFB float64 `json:"ttfb"`
+	FCP  float64 `json:"fcp"`
+	LCP  float64 `json:"lcp"`
+}
+
+const paintReadJS = `(() => { const e = performance.getEntriesByType('navigation')[0];
+  const f = performance.getEntriesByName('first-contentful-paint')[0];
+  return {ttfb: e ? e.responseStart : 0, fcp: f ? f.startTime : 0, lcp: window.__pepLCP > 0 ? window.__pepLCP : 0}; })()`
+
+// paintTimes reads the document's TTFB, FCP and LCP (Page). Errors leave
+// zeros: the paint metrics never fail a load that loaded.
+func paintTimes(ctx context.Context) (ttfb, fcp, lcp time.Duration) {
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](paintJS)); err != nil {
+		return 0, 0, 0
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`window.__pepLCP >= 0`, chromedp.WithPollingInterval(10*time.Millisecond), chromedp.WithPollingTimeout(2*time.Second))); err != nil {
+		return 0, 0, 0
+	}
+	pt, err := chromedp.Run(ctx, chromedp.Evaluate[paintTiming](paintReadJS))
+	if err != nil {
+		return 0, 0, 0
+	}
+	return msDuration(pt.TTFB), msDuration(pt.FCP), msDuration(pt.LCP)
 }
 
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }

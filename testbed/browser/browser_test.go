@@ -187,6 +187,11 @@ func TestLoadLocalPage(t *testing.T) {
 		if p.DCL <= 0 || p.DCL > p.PLT {
 			t.Errorf("load %d: DCL %s, want in (0, PLT %s]", i+1, p.DCL, p.PLT)
 		}
+		// Paint metrics present and ordered: TTFB <= FCP <= LCP <= load
+		// event (+ 50 ms: the slow image can paint as the load event ends).
+		if p.TTFB <= 0 || p.FCP < p.TTFB || p.LCP < p.FCP || p.LCP > p.PLT+50*time.Millisecond {
+			t.Errorf("load %d: TTFB %s FCP %s LCP %s PLT %s, want 0 < TTFB <= FCP <= LCP <= PLT", i+1, p.TTFB, p.FCP, p.LCP, p.PLT)
+		}
 		if p.HTTPErrors != 1 {
 			t.Errorf("load %d: HTTP errors %d, want 1 (missing.js)", i+1, p.HTTPErrors)
 		}

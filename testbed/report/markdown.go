@@ -67,6 +67,7 @@ func Markdown(r *Results, plots map[string][]string) []byte {
 		}
 		writeFig5(&b, v)
 		writeFig6(&b, v)
+		writePaint(&b, v)
 		writeFig7(&b, v)
 		writeFailures(&b, v, r)
 		if names := plots[p.Name]; len(names) > 0 {
@@ -151,6 +152,75 @@ func writeFig6(b *bytes.Buffer, v View) {
 		b.WriteString("\n")
 	}
 	b.WriteString("\n")
+}
+
+// writePaint prints, beside the paper's PLT, the metrics users and
+// browser teams judge by (TTFB, FCP, LCP) and the bytes that crossed the
+// radio link, per page and mode, median (min-max) over runs, with the mean
+// change against direct: a change that shortens onload by hiding content
+// shows here.
+func writePaint(b *bytes.Buffer, v View) {
+	has := false
+	for _, s := range v.Stats {
+		if s.FCP.N > 0 {
+			has = true
+			break
+		}
+	}
+	if !has {
+		return
+	}
+	b.WriteString("### Paint metrics and radio bytes\n\n")
+	b.WriteString("TTFB = the document's responseStart, FCP = first contentful paint, LCP = largest contentful paint (last candidate after the page settled), seconds from navigationStart; radio = IP bytes that crossed the radio link during the load, both ways, kB; median (min-max) over runs, change of the median against direct.\n\n")
+	b.WriteString("| page | mode | TTFB | FCP | LCP | radio kB |\n|---|---|---:|---:|---:|---:|\n")
+	for _, pg := range v.Pages {
+		base := v.Stats[[2]string{pg, "direct"}]
+		for _, m := range v.Modes {
+			s := v.Stats[[2]string{pg, m}]
+			cell := func(x, ref Spread, scale float64) string {
+				if x.N == 0 {
+					return "-"
+				}
+				out := Spread{N: x.N, Median: x.Median / scale, Min: x.Min / scale, Max: x.Max / scale}.Format(2)
+				if m != "direct" && ref.N > 0 && ref.Median > 0 {
+					out += pct(Change(x.Median, ref.Median))
+				}
+				return out
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", pg, m, cell(s.TTFB, base.TTFB, 1000), cell(s.FCP, base.FCP, 1000),
+				cell(s.LCP, base.LCP, 1000), cell(s.RadioBytes, base.RadioBytes, 1000))
+		}
+	}
+	if _, ok := v.Totals["direct"]; ok && len(v.Modes) > 1 {
+		b.WriteString("\n| mean change vs direct | FCP | LCP | radio bytes |\n|---|---:|---:|---:|\n")
+		for _, m := range v.Modes {
+			if m == "direct" {
+				continue
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", m, meanChangeOf(v, m, func(s PageStats) Spread { return s.FCP }),
+				meanChangeOf(v, m, func(s PageStats) Spread { return s.LCP }), meanChangeOf(v, m, func(s PageStats) Spread { return s.RadioBytes }))
+		}
+	}
+	b.WriteString("\n")
+}
+
+// meanChangeOf is the mean over pages of the change of a metric's median
+// in mode against direct, formatted, or "-".
+func meanChangeOf(v View, mode string, f func(PageStats) Spread) string {
+	var sum float64
+	n := 0
+	for _, pg := range v.Pages {
+		a, b := f(v.Stats[[2]string{pg, mode}]), f(v.Stats[[2]string{pg, "direct"}])
+		if a.N == 0 || b.N == 0 || b.Median == 0 {
+			continue
+		}
+		sum += Change(a.Median, b.Median)
+		n++
+	}
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%+.0f %%", sum/float64(n))
 }
 
 func seconds(s Spread) string {

@@ -64,7 +64,8 @@ func synthetic() *Results {
 	rec := func(mode string, run int, page string, seq int, plt float64, syn, dns, vip, origin int, bytes int64) Record {
 		return Record{Mode: mode, Profile: "paper-average", Run: run, Page: page, URL: "http://www." + page + ".com/",
 			Seq: seq, Loaded: true, PLTms: plt, DCLms: plt / 2, SYNCount: syn + 1, BrowserConns: syn, DNSQueries: dns, VIPConns: vip,
-			OriginConns: origin, Bytes: bytes, Requests: 10, Resolver: "builtin"}
+			OriginConns: origin, Bytes: bytes, Requests: 10, Resolver: "builtin",
+			TTFBms: plt / 10, FCPms: plt / 4, LCPms: plt * 3 / 4, LinkUpBytes: bytes / 10, LinkDnBytes: bytes}
 	}
 	failed := rec("url", 2, "cnn", 1, 0, 3, 1, 2, 1, 0)
 	failed.Loaded, failed.Error = false, "no loadEventEnd within 3m0s"

@@ -37,6 +37,12 @@ type Record struct {
 
 	PLTms float64 `json:"plt_ms"` // navigationStart to loadEventEnd, ms
 	DCLms float64 `json:"dcl_ms"` // navigationStart to domContentLoadedEventEnd, ms
+	// The metrics users and browser teams judge by (browser.Page), ms from
+	// navigationStart; 0 when not measured (results from before them, or
+	// a page without contentful paint).
+	TTFBms float64 `json:"ttfb_ms,omitempty"` // the document's responseStart
+	FCPms  float64 `json:"fcp_ms,omitempty"`  // first contentful paint
+	LCPms  float64 `json:"lcp_ms,omitempty"`  // largest contentful paint (last candidate)
 
 	Bytes      int64 `json:"bytes"`       // response bytes the browser received (encodedDataLength, headers included)
 	Requests   int   `json:"requests"`    // http(s) requests the page made, redirects included

@@ -90,6 +90,11 @@ type ModeTotals struct {
 type PageStats struct {
 	Page, Mode string
 	PLT, DCL   Spread // ms, loaded runs only
+	// TTFB, FCP, LCP: ms, loaded runs that measured them.
+	TTFB, FCP, LCP Spread
+	// RadioBytes: IP bytes that crossed the radio link during the load,
+	// both directions (loaded runs).
+	RadioBytes Spread
 	Bytes      Spread // bytes, loaded runs only
 	Kbit       Spread // bytes*8/PLT, kbit/s
 	Conns, DNS Spread // per load: browser connections, DNS queries
@@ -206,7 +211,7 @@ func newView(p ProfileInfo, recs []Record) View {
 
 		for _, pg := range v.Pages {
 			s := PageStats{Page: pg, Mode: m}
-			var plt, dcl, bytes, kbit, cs, ds []float64
+			var plt, dcl, bytes, kbit, cs, ds, ttfb, fcp, lcp, radio []float64
 			for _, r := range recs {
 				if r.Mode != m || r.Page != pg {
 					continue
@@ -218,11 +223,22 @@ func newView(p ProfileInfo, recs []Record) View {
 				}
 				s.Loaded++
 				plt, dcl = append(plt, r.PLTms), append(dcl, r.DCLms)
+				radio = append(radio, float64(r.LinkUpBytes+r.LinkDnBytes))
+				if r.TTFBms > 0 {
+					ttfb = append(ttfb, r.TTFBms)
+				}
+				if r.FCPms > 0 {
+					fcp = append(fcp, r.FCPms)
+				}
+				if r.LCPms > 0 {
+					lcp = append(lcp, r.LCPms)
+				}
 				bytes = append(bytes, float64(r.Bytes))
 				kbit = append(kbit, Kbit(float64(r.Bytes), r.PLTms))
 			}
 			s.PLT, s.DCL, s.Bytes, s.Kbit = NewSpread(plt), NewSpread(dcl), NewSpread(bytes), NewSpread(kbit)
 			s.Conns, s.DNS = NewSpread(cs), NewSpread(ds)
+			s.TTFB, s.FCP, s.LCP, s.RadioBytes = NewSpread(ttfb), NewSpread(fcp), NewSpread(lcp), NewSpread(radio)
 			v.Stats[[2]string{pg, m}] = s
 		}
 	}

@@ -218,7 +218,7 @@ func externalSession(ctx context.Context, c Config, gw *gateway, scr *Scraper, p
 		lc := after.Counters.Sub(before.Counters)
 		r := report.Record{
 			Mode: m, Profile: profile, Run: run, Page: pg.Name, URL: pg.URL, Seq: seq,
-			Loaded: p.Loaded, Error: p.Err, PLTms: ms(p.PLT), DCLms: ms(p.DCL),
+			Loaded: p.Loaded, Error: p.Err, PLTms: ms(p.PLT), DCLms: ms(p.DCL), TTFBms: ms(p.TTFB), FCPms: ms(p.FCP), LCPms: ms(p.LCP),
 			Bytes: p.Bytes, Requests: p.Requests, Failed: p.Failed, HTTPErrors: p.HTTPErrors,
 			DocHosts: len(p.DocHosts), Hosts: len(p.Hosts),
 			BrowserConns: p.Conns, BrowserVIPConns: p.ConnsByIP[vip.String()], BrowserConnsReused: p.ConnsReused,
