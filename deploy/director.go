@@ -168,37 +168,18 @@ func (d *Director) Ruleset() ([]byte, error) {
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}
-	quoted := make([]string, len(d.SubscriberIfs))
-	for i, n := range d.SubscriberIfs {
-		quoted[i] = strconv.Quote(n)
-	}
-	nets := make([]string, len(d.SubscriberNets))
-	for i, p := range d.SubscriberNets {
-		nets[i] = p.String()
-	}
-	values := map[string]string{
-		"SUB_IFS":  "{ " + strings.Join(quoted, ", ") + " }",
-		"SUB_NETS": "{ " + strings.Join(nets, ", ") + " }",
-	}
-	var out bytes.Buffer
-	for _, l := range bytes.SplitAfter(DirectorRuleset, []byte("\n")) {
-		m := defineRE.FindSubmatch(bytes.TrimRight(l, "\n"))
-		if m == nil {
-			out.Write(l)
-			continue
-		}
-		v, ok := values[string(m[1])]
-		if !ok {
-			return nil, fmt.Errorf("deploy: pep-director.nft: unknown define %s", m[1])
-		}
-		fmt.Fprintf(&out, "define %s = %s%s\n", m[1], v, m[3])
+	out, err := setDefines(DirectorRuleset, map[string]string{
+		"SUB_IFS":  ifSet(d.SubscriberIfs),
+		"SUB_NETS": netSet(d.SubscriberNets),
+	}, "pep-director.nft")
+	if err != nil {
+		return nil, err
 	}
 	all := make([]bool, len(d.Gateways))
 	for i := range all {
 		all[i] = true
 	}
-	out.WriteString(d.mapScript(all))
-	return out.Bytes(), nil
+	return append(out, d.mapScript(all)...), nil
 }
 
 // mapScript is the nft script that sets the bucket map for health.

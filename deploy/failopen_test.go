@@ -428,6 +428,12 @@ func startSquidWith(t *testing.T, gw *netNS, service string, mod func(*httpproxy
 // shipped ports (configs/pepd.yaml), mode off, the test's resolver.
 func writePepdConfig(t *testing.T, path string) {
 	t.Helper()
+	writePepdConfigAdmin(t, path, "127.0.0.1:9090")
+}
+
+// writePepdConfigAdmin is writePepdConfig with the admin API on admin.
+func writePepdConfigAdmin(t *testing.T, path, admin string) {
+	t.Helper()
 	y := fmt.Sprintf(`mode: off
 vip: %s
 subscribers: [198.18.0.0/24]
@@ -438,8 +444,8 @@ listen:
   http: ":3129"
   tproxy: ":%d"
   dns: ":%d"
-  admin: "127.0.0.1:9090"
-`, testVIP, originDNS, tproxyPort, dnsPort)
+  admin: "%s"
+`, testVIP, originDNS, tproxyPort, dnsPort, admin)
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}

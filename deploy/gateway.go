@@ -128,23 +128,43 @@ func RenderRuleset(src []byte, g Gateway) ([]byte, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	quoted := make([]string, len(g.SubscriberIfs))
-	for i, n := range g.SubscriberIfs {
-		quoted[i] = strconv.Quote(n)
-	}
-	nets := make([]string, len(g.SubscriberNets))
-	for i, p := range g.SubscriberNets {
-		nets[i] = p.String()
-	}
 	values := map[string]string{
-		"SUB_IFS":   "{ " + strings.Join(quoted, ", ") + " }",
-		"SUB_NETS":  "{ " + strings.Join(nets, ", ") + " }",
+		"SUB_IFS":   ifSet(g.SubscriberIfs),
+		"SUB_NETS":  netSet(g.SubscriberNets),
 		"VIP":       g.VIP.String(),
 		"HTTP_PORT": strconv.Itoa(int(g.HTTPPort)),
 		"TLS_PORT":  strconv.Itoa(int(g.TLSPort)),
 		"DNS_PORT":  strconv.Itoa(int(g.DNSPort)),
 		"MARK":      fmt.Sprintf("0x%08x", g.Mark),
 	}
+	return setDefines(src, values, "ruleset")
+}
+
+// ifSet and netSet format interface names and prefixes as nft anonymous
+// sets: { "sub0", "ppp*" }, { 198.18.0.0/24 }.
+func ifSet(names []string) string {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = strconv.Quote(n)
+	}
+	return "{ " + strings.Join(quoted, ", ") + " }"
+}
+
+func netSet(nets []netip.Prefix) string {
+	s := make([]string, len(nets))
+	for i, p := range nets {
+		s[i] = p.String()
+	}
+	return "{ " + strings.Join(s, ", ") + " }"
+}
+
+// setDefines returns src with the value of each `define NAME = VALUE`
+// line replaced by values[NAME], keeping the comments in their column
+// where the value fits. Every define src uses must be in values, and each
+// of values must appear: an unknown or missing name is an error naming
+// what (the ruleset's name), so that a shipped file and its renderer
+// cannot drift apart.
+func setDefines(src []byte, values map[string]string, what string) ([]byte, error) {
 	seen := map[string]bool{}
 	lines := bytes.SplitAfter(src, []byte("\n"))
 	var out bytes.Buffer
@@ -158,10 +178,9 @@ func RenderRuleset(src []byte, g Gateway) ([]byte, error) {
 		name := string(m[1])
 		v, ok := values[name]
 		if !ok {
-			return nil, fmt.Errorf("deploy: ruleset line %d: unknown define %q", i+1, name)
+			return nil, fmt.Errorf("deploy: %s line %d: unknown define %q", what, i+1, name)
 		}
 		seen[name] = true
-		// Keep the comment in its column where the value fits.
 		head := "define " + name + " = " + v
 		if c := string(m[3]); c != "" {
 			hash := strings.IndexByte(c, '#')
@@ -173,7 +192,7 @@ func RenderRuleset(src []byte, g Gateway) ([]byte, error) {
 	}
 	for name := range values {
 		if !seen[name] {
-			return nil, fmt.Errorf("deploy: ruleset: define %q is missing", name)
+			return nil, fmt.Errorf("deploy: %s: define %q is missing", what, name)
 		}
 	}
 	return out.Bytes(), nil

@@ -158,18 +158,7 @@ func newArray(t *testing.T, n int) *array {
 		admin := fmt.Sprintf("198.18.%d.2:9090", 20+i)
 		a.admins = append(a.admins, admin)
 		cfg := filepath.Join(t.TempDir(), "pepd.yaml")
-		os.WriteFile(cfg, fmt.Appendf(nil, `mode: off
-vip: %s
-subscribers: [198.18.0.0/24]
-resolvers: ["%s:53"]
-squid: 127.0.0.1:3128
-squid_proxy_protocol: true
-listen:
-  http: ":3129"
-  tproxy: ":%d"
-  dns: ":%d"
-  admin: "%s"
-`, testVIP, originDNS, tproxyPort, dnsPort, admin), 0o644)
+		writePepdConfigAdmin(t, cfg, admin)
 		cmd := gw.command(context.Background(), filepath.Join(a.bin, "pepd"), "-config", cfg)
 		cmd.Stdout, cmd.Stderr = tlogWriter{t, fmt.Sprintf("pepd%d", i)}, tlogWriter{t, fmt.Sprintf("pepd%d", i)}
 		if err := cmd.Start(); err != nil {

@@ -219,14 +219,9 @@ func LoadMahimahi(dir string) (*Corpus, error) {
 			}
 			stats.Responses++
 			o, u, reason, repairs := mmObject(r)
-			for _, rp := range repairs {
-				stats.Repaired[string(rp)]++
-			}
-			if o == nil {
-				skip(reason)
+			if !stats.take(o, reason, repairs) {
 				continue
 			}
-			stats.Files++
 			stats.ResponsesUsed++
 			objs = append(objs, o)
 			if o.Status == 200 && strings.HasPrefix(o.ContentType, "text/html") && mmHeader(r.request, "Referer") == "" {

@@ -269,14 +269,9 @@ func loadWARCSources(source string, srcs []warcSource, opt WARCOptions) (*Corpus
 				continue
 			}
 			o, reason, repairs := warcObject(wr)
-			for _, rp := range repairs {
-				stats.Repaired[string(rp)]++
-			}
-			if o == nil {
-				skip(reason)
+			if !stats.take(o, reason, repairs) {
 				continue
 			}
-			stats.Files++
 			if typ == "response" {
 				stats.ResponsesUsed++
 			}
@@ -326,6 +321,21 @@ func loadWARCSources(source string, srcs []warcSource, opt WARCOptions) (*Corpus
 		return nil, err
 	}
 	return New(source, pages, stats), nil
+}
+
+// take counts one record's import: its repairs, and either the object
+// (Files) or the skip reason when o is nil. It reports whether o is used.
+func (s *ImportStats) take(o *Object, reason string, repairs []Repair) bool {
+	for _, rp := range repairs {
+		s.Repaired[string(rp)]++
+	}
+	if o == nil {
+		s.Skipped++
+		s.SkippedBy[reason]++
+		return false
+	}
+	s.Files++
+	return true
 }
 
 // splitPages cuts the records into pages (see WARCOptions.Pages).
