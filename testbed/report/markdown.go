@@ -240,12 +240,8 @@ func writeFig7(b *bytes.Buffer, v View) {
 	}
 	b.WriteString("\n|---|---:|---:|" + strings.Repeat("---:|", len(v.Modes)) + "\n")
 	for _, pg := range v.Pages {
-		ref := v.Stats[[2]string{pg, "direct"}]
-		if ref.Bytes.N == 0 {
-			ref = v.Stats[[2]string{pg, v.Modes[0]}]
-		}
-		bound := Bound(ref.Bytes.Median, p)
-		fmt.Fprintf(b, "| %s | %.0f | %.2f s, %.1f kbit/s |", pg, ref.Bytes.Median, bound/1000, Kbit(ref.Bytes.Median, bound))
+		bound, refBytes := v.PageBound(pg)
+		fmt.Fprintf(b, "| %s | %.0f | %.2f s, %.1f kbit/s |", pg, refBytes, bound/1000, Kbit(refBytes, bound))
 		for _, m := range v.Modes {
 			s := v.Stats[[2]string{pg, m}]
 			if s.Kbit.N == 0 {

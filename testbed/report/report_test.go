@@ -3,10 +3,12 @@ package report
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"image/png"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -176,7 +178,10 @@ func TestGenerateWritesPlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"paper-average-fig5-conns-dns.png", "paper-average-fig6-plt.png", "paper-average-fig7-throughput.png"} {
+	for _, f := range []string{"paper-average-fig5-conns-dns.png", "paper-average-fig6-plt.png", "paper-average-fig7-throughput.png", "paper-average-change.png"} {
+		if st, err := os.Stat(filepath.Join(dir, strings.TrimSuffix(f, ".png")+".svg")); err != nil || st.Size() < 1000 {
+			t.Errorf("%s: no SVG beside the PNG: %v", f, err)
+		}
 		fh, err := os.Open(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)
@@ -213,5 +218,47 @@ func TestReadErrors(t *testing.T) {
 				t.Errorf("Read = %v, want an error naming %s and %q", err, p, tc.want)
 			}
 		})
+	}
+}
+
+// TestPlotsManyPages: with 100 pages the PLT and change plots are CDFs
+// over pages (no 100 bar groups), and the throughput bars are left out.
+func TestPlotsManyPages(t *testing.T) {
+	r := synthetic()
+	r.Records = nil
+	r.Config.Pages = nil
+	for i := range 100 {
+		pg := fmt.Sprintf("page%03d", i)
+		r.Config.Pages = append(r.Config.Pages, pg)
+		for _, m := range []string{"direct", "url"} {
+			plt := float64(5000 + 50*i)
+			if m == "url" {
+				plt *= 0.9
+			}
+			r.Records = append(r.Records, Record{Mode: m, Profile: "paper-average", Run: 1, Page: pg, Loaded: true, PLTms: plt, Bytes: 100000})
+		}
+	}
+	dir := t.TempDir()
+	names, err := Plots(r, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"paper-average-fig5-conns-dns.png", "paper-average-fig6-plt-cdf.png", "paper-average-change.png"}
+	if !slices.Equal(names["paper-average"], want) {
+		t.Errorf("plots %v, want %v", names["paper-average"], want)
+	}
+}
+
+// TestYMax: the axis keeps headroom above the largest value, and room for
+// the legend's entries.
+func TestYMax(t *testing.T) {
+	for _, tc := range []struct {
+		top  float64
+		n    int
+		want float64
+	}{{100, 0, 115}, {100, 2, 129}, {0, 0, 1.15}} {
+		if got := YMax(tc.top, tc.n); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("YMax(%v, %d) = %v, want %v", tc.top, tc.n, got, tc.want)
+		}
 	}
 }

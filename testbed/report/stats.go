@@ -245,6 +245,17 @@ func newView(p ProfileInfo, recs []Record) View {
 	return v
 }
 
+// PageBound is page pg's lower bound (Bound, ms) and the bytes it is
+// computed from: the median bytes of its direct loads, else of the first
+// mode's.
+func (v View) PageBound(pg string) (ms, bytes float64) {
+	ref := v.Stats[[2]string{pg, "direct"}]
+	if ref.Bytes.N == 0 && len(v.Modes) > 0 {
+		ref = v.Stats[[2]string{pg, v.Modes[0]}]
+	}
+	return Bound(ref.Bytes.Median, v.Profile), ref.Bytes.Median
+}
+
 // MeanChange is the mean over pages of the PLT change of mode against base
 // (percent), over the pages both loaded; ok is false when there is none.
 func (v View) MeanChange(mode, base string) (float64, bool) {
