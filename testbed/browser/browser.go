@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
@@ -246,6 +247,18 @@ func NewSession(ctx context.Context, opts Options) (*Session, error) {
 
 // UserAgent returns the browser's user agent string (it names the version).
 func (s *Session) UserAgent() string { return s.version }
+
+// ClearHTTPCache empties the browser's HTTP cache (DevTools
+// Network.clearBrowserCache) and keeps everything else: connections, the
+// host cache. A test uses it to make the next load go to the network.
+func (s *Session) ClearHTTPCache(ctx context.Context) error {
+	tab, closeTab := chromedp.NewContext(s.browser)
+	defer closeTab()
+	if _, err := chromedp.Call(tab, network.ClearBrowserCache, cdp.Empty{}); err != nil {
+		return fmt.Errorf("browser: clear cache: %w", err)
+	}
+	return nil
+}
 
 // Close closes the browser gracefully (killing it after a grace period),
 // kills any of its processes still running (found by the profile path on
