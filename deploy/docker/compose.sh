@@ -83,6 +83,13 @@ base)
 	;;
 testbed)
 	ensure_dockerd
+	# The containers set CUBIC (docker-compose.yml sysctls); Linux lets a
+	# network namespace choose only algorithms in the host's allowed list,
+	# which holds reno and the host's default (bbr here).
+	allowed=/proc/sys/net/ipv4/tcp_allowed_congestion_control
+	for cc in ${CC_ORIGIN:-cubic} ${CC_GW:-cubic} ${CC_PHONE:-cubic}; do
+		grep -qw "$cc" "$allowed" || { echo "compose: allowing $cc in namespaces ($allowed)" >&2; echo "$(cat "$allowed") $cc" >"$allowed"; }
+	done
 	ctx="$work/ctx"
 	rm -rf "$ctx"; mkdir -p "$ctx/bin" "$ctx/netem"
 	for b in pepd pepctl pepnetem replay testbed; do
