@@ -256,3 +256,27 @@ func TestModeSwitchKeepsConnection(t *testing.T) {
 		t.Errorf("pep_http_connections_total = %v, want 1 (one kept-alive connection)", got)
 	}
 }
+
+// TestRequestHeadLineEnds: issue 12's D2 and D7, through pepd and a real
+// Squid. A head whose lines end in a bare LF is answered at once (RFC 9112
+// §2.2: a recipient MAY recognize LF; before, the relay waited for CRLF
+// CRLF until read_header_timeout and closed), and empty lines before the
+// request-line are ignored (§2.2: SHOULD ignore at least one; before, 400).
+func TestRequestHeadLineEnds(t *testing.T) {
+	p, _, o := world(t, mode.URL, true)
+	target := "/www.site.test:" + o.Port + "/"
+	for _, tc := range []struct{ name, req string }{
+		{"bare LF", "GET " + target + " HTTP/1.1\nHost: 192.0.2.12\n\n"},
+		{"mixed line ends", "GET " + target + " HTTP/1.1\r\nHost: 192.0.2.12\n\r\n"},
+		{"one empty line first", "\r\nGET " + target + " HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n"},
+		{"two empty lines first, one bare", "\r\n\nGET " + target + " HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			resp, body := p.raw(t, "127.0.0.9", tc.req)
+			if resp.StatusCode != 200 || time.Since(start) > 3*time.Second {
+				t.Errorf("%d after %s: %.80q; want 200 at once", resp.StatusCode, time.Since(start), body)
+			}
+		})
+	}
+}

@@ -107,6 +107,11 @@ func (s *Server) serveRelay(c *conn) {
 				}
 			}
 		}
+		// RFC 9112 §2.2: a server SHOULD ignore at least one empty line
+		// (CRLF) received before the request-line; up to four are.
+		if err := skipEmptyLines(rc.br, 4); err != nil {
+			return
+		}
 		// The read header timeout runs from the first byte of the request
 		// on: it is armed only if the head is not there with it.
 		raw, err := readHead(rc.br, func() { rc.setDeadline(dlHeader, s.lim.ReadHeaderTimeout) })
@@ -172,16 +177,65 @@ func (rc *relayConn) setUpDeadline(kind int) {
 	rc.upDl, rc.upDlAt = kind, now
 }
 
+// skipEmptyLines consumes up to n empty lines (CRLF or a bare LF) at the
+// start of br, waiting for bytes as needed (RFC 9112 §2.2).
+func skipEmptyLines(br *bufio.Reader, n int) error {
+	for range n {
+		b, err := br.Peek(1)
+		if err != nil {
+			return err
+		}
+		switch b[0] {
+		case '\n':
+			br.Discard(1)
+		case '\r':
+			b, err = br.Peek(2)
+			if err != nil {
+				return err
+			}
+			if b[1] != '\n' {
+				return nil
+			}
+			br.Discard(2)
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// headEnd returns the length of the head at the start of buf, up to and
+// including the empty line that ends it, or -1 when buf holds no empty
+// line yet. Line ends are CRLF or, leniently, a bare LF (RFC 9112 §2.2:
+// a recipient MAY recognize a single LF as a line terminator); a head
+// with bare LFs is left to the standard library, which accepts them.
+func headEnd(buf []byte) int {
+	for i := 0; i < len(buf); i++ {
+		if buf[i] != '\n' {
+			continue
+		}
+		// buf[i] ends a line; the next line is empty if it is "\n" or "\r\n".
+		switch {
+		case i+1 < len(buf) && buf[i+1] == '\n':
+			return i + 2
+		case i+2 < len(buf) && buf[i+1] == '\r' && buf[i+2] == '\n':
+			return i + 3
+		}
+	}
+	return -1
+}
+
 // readHead returns the request or response head at the start of br's
-// buffer, up to and including the empty line, without consuming it; nil
-// and no error if it does not fit in the buffer. beforeRead, if not nil,
-// is called once before br has to read from its connection.
+// buffer, up to and including the empty line (headEnd), without
+// consuming it; nil and no error if it does not fit in the buffer.
+// beforeRead, if not nil, is called once before br has to read from its
+// connection.
 func readHead(br *bufio.Reader, beforeRead func()) ([]byte, error) {
 	from := 0
 	for {
 		buf, _ := br.Peek(br.Buffered())
-		if i := bytes.Index(buf[from:], []byte("\r\n\r\n")); i >= 0 {
-			return buf[:from+i+4], nil
+		if i := headEnd(buf[from:]); i >= 0 {
+			return buf[:from+i], nil
 		}
 		if len(buf) == br.Size() {
 			return nil, nil
