@@ -280,3 +280,20 @@ func TestRequestHeadLineEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestFragmentRefused: a #fragment in the request-target gets the same 400
+// on the VIP path and when routed by Host (issue 12, D6: the Host-routed
+// request reached the origin as %23frag, another resource).
+func TestFragmentRefused(t *testing.T) {
+	p, _, o := world(t, mode.URL, true)
+	for _, req := range []string{
+		"GET /www.site.test:" + o.Port + "/#frag HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n",
+		"GET /#frag HTTP/1.1\r\nHost: www.site.test:" + o.Port + "\r\n\r\n",
+		"GET /a?b=1#frag HTTP/1.1\r\nHost: www.site.test:" + o.Port + "\r\n\r\n",
+	} {
+		resp, body := p.raw(t, "127.0.0.9", req)
+		if resp.StatusCode != 400 || !strings.Contains(body, "fragment in request-target") {
+			t.Errorf("%q: %d %q, want 400 naming the fragment", req, resp.StatusCode, body)
+		}
+	}
+}

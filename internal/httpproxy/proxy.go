@@ -326,6 +326,11 @@ func (p *Proxy) decide(r *http.Request, src, orig netip.AddrPort, intercepted bo
 		return d.badRequest(kindNone, "only http: URLs are proxied")
 	case r.RequestURI == "*":
 		return d.badRequest(kindNone, "asterisk-form request-target not supported")
+	case strings.IndexByte(r.RequestURI, '#') >= 0:
+		// RFC 9112 §3.2: a request-target has no fragment; forwarded, it
+		// would reach the origin as %23 (another resource, another cache
+		// key). Refused the same way on every path (issue 12, D6).
+		return d.badRequest(kindNone, "fragment in request-target")
 	}
 	host := r.Host
 	if r.URL.IsAbs() {
