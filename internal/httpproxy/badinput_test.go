@@ -297,3 +297,21 @@ func TestFragmentRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedRequestBody: a chunked request body with a bad chunk size
+// is the subscriber's error: 400 and outcome bad_request, not 502 and
+// upstream_error (issue 12, D3: that series pages the operator).
+func TestMalformedRequestBody(t *testing.T) {
+	p, _, o := world(t, mode.URL, true)
+	req := "POST /www.site.test:" + o.Port + "/form HTTP/1.1\r\nHost: 192.0.2.12\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n"
+	resp, body := p.raw(t, "127.0.0.9", req)
+	if resp.StatusCode != 400 || !strings.Contains(body, "malformed request body") {
+		t.Errorf("got %d %q, want 400 malformed request body", resp.StatusCode, body)
+	}
+	if got := testutilValue(p.M.requests.WithLabelValues("url", "vip_path", "upstream_error")); got != 0 {
+		t.Errorf("counted %v upstream errors, want 0", got)
+	}
+	if got := testutilValue(p.M.requests.WithLabelValues("url", "vip_path", "bad_request")); got != 1 {
+		t.Errorf("counted %v bad requests, want 1", got)
+	}
+}

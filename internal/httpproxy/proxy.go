@@ -241,6 +241,25 @@ type reqInfo struct {
 	src     netip.AddrPort // the subscriber
 	st      *Settings
 	started time.Time
+	body    *subscriberBody // the subscriber's request body, nil without one
+}
+
+// subscriberBody is a subscriber's request body as the reverse proxy reads it;
+// it keeps the first read error that is not io.EOF, so that a failed round
+// trip can be told apart: the subscriber sent a malformed body (a bad
+// chunk size, a body cut short: 400, a subscriber error) or the upstream
+// failed (502, an upstream error).
+type subscriberBody struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *subscriberBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }
 
 type ctxKey struct{}
@@ -280,6 +299,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.ri.started = time.Now()
+	if r.Body != nil && r.Body != http.NoBody {
+		d.ri.body = &subscriberBody{ReadCloser: r.Body}
+		r.Body = d.ri.body
+	}
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, d.ri)))
 }
 
@@ -708,10 +731,21 @@ func (p *Proxy) adjustResponse(resp *http.Response, ri *reqInfo) {
 	}
 }
 
-// errorHandler answers a failed upstream round trip: 403 if the guard
-// refused the dial, 504 on timeout, 502 otherwise.
+// errorHandler answers a failed round trip: 400 if the subscriber's
+// request body was malformed, 403 if the guard refused the dial, 504 on
+// an upstream timeout, 502 otherwise.
 func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	ri := r.Context().Value(ctxKey{}).(*reqInfo)
+	if ri.body != nil && ri.body.err != nil {
+		// The subscriber's body did not parse: its error, not Squid's
+		// (issue 12, D3: counted as upstream_error it paged the operator
+		// through PepSquidErrors). The connection closes after the answer:
+		// the rest of the body cannot be framed.
+		w.Header().Set("Connection", "close")
+		p.answer(w, r, decision{md: ri.mode}.badRequest(ri.kind, "malformed request body"))
+		p.log.Debug("malformed request body", "src", r.RemoteAddr, "url", ri.target, "err", ri.body.err)
+		return
+	}
 	if d, ok := guard.IsDenied(err); ok {
 		p.answer(w, r, decision{md: ri.mode}.refuse(ri.kind, string(d.Reason), "target", d.Target))
 		return
