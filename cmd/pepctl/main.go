@@ -54,6 +54,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var err error
 	switch cmd, rest := fs.Arg(0), fs.Args()[1:]; cmd {
 	case "mode":
+		if len(rest) == 1 && strings.HasPrefix(rest[0], "-") {
+			if rest[0] != "-h" && rest[0] != "-help" && rest[0] != "--help" {
+				fmt.Fprintf(stderr, "pepctl: mode: unknown flag %q\n", rest[0])
+				return 2
+			}
+			fmt.Fprint(stdout, modeUsage)
+			return 0
+		}
 		err = eachAdmin(*adminAddr, stdout, stderr, func(c *client, w io.Writer) error { return c.mode(w, rest) })
 	case "status":
 		err = eachAdmin(*adminAddr, stdout, stderr, func(c *client, w io.Writer) error { return c.status(w) })
@@ -77,6 +85,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 var errUsage = errors.New("usage")
+
+const modeUsage = `usage: pepctl [-admin ADDR[,ADDR...]] mode [off|dns|url]
+  without an argument: print pepd's mode (GET /mode)
+  off   pass-through: intercepted HTTP goes through Squid as it is
+  dns   DNS answers get the VIP first; HTTP to the VIP is routed by Host
+  url   HTML is rewritten so embedded http://host/path becomes http://VIP/host/path
+The switch takes effect for the next request and DNS query; open connections stay.
+With several admin addresses every gateway of an array is switched.
+`
 
 // eachAdmin runs f against every admin address of the comma-separated list
 // (a gateway array, docs/operations.md §6), one after the other. With one

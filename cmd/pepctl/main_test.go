@@ -34,6 +34,8 @@ func TestCommands(t *testing.T) {
 			`<img src="x.png"><a href="http://i.cnn.net/">`, 0, `<img src="http://192.0.2.12/www.foo.com/a/x.png"><a href="http://i.cnn.net/">`, mode.URL},
 		{"rewrite-html without vip", []string{"rewrite-html", "-base", "http://www.foo.com/"}, "", 2, "", mode.URL},
 		{"unknown command", []string{"frobnicate"}, "", 2, "", mode.URL},
+		{"mode help is not a mode", []string{"-admin", addr, "mode", "-h"}, "", 0, "usage: pepctl", mode.URL},
+		{"mode unknown flag", []string{"-admin", addr, "mode", "-x"}, "", 2, "", mode.URL},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

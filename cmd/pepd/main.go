@@ -49,6 +49,18 @@ import (
 	"pep/internal/splice"
 )
 
+const pepdUsage = `pepd: the pep appliance's one process, a carrier-side performance enhancing
+proxy (DNS rewriting and URL rewriting in front of Squid, paper: Rodriguez et
+al., WWW 2004). It serves subscribers' HTTP (intercepted or to the VIP) through
+Squid, rewrites DNS answers in dns mode, splices TLS to the VIP by SNI, and
+serves its admin API (mode switch, metrics, health). Configuration: a YAML file
+(-config, example configs/pepd.yaml); flags override it. SIGHUP reloads it.
+
+usage: pepd [-config FILE] [flags]
+       pepd -check -config FILE     validate the configuration and exit
+
+`
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
 }
@@ -59,14 +71,30 @@ func main() {
 func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pepd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), pepdUsage)
+		fs.PrintDefaults()
+	}
 	flags := config.RegisterFlags(fs)
+	check := fs.Bool("check", false, "validate the configuration (file and flags), print the result and exit: 0 valid, 2 not (as nginx -t, squid -k parse)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // asked for: -h, -help
+		}
 		return 2
 	}
 	cfg, err := loadConfig(flags)
 	if err != nil {
 		fmt.Fprintf(stderr, "pepd: %v\n", err)
 		return 2
+	}
+	if *check {
+		src := flags.Config
+		if src == "" {
+			src = "built-in defaults"
+		}
+		fmt.Fprintf(stderr, "pepd: configuration %s is valid (mode %s, vip %s, squid %s)\n", src, cfg.Mode, cfg.VIP, cfg.Squid)
+		return 0
 	}
 	level := new(slog.LevelVar)
 	log := newLogger(stderr, cfg.Log, level)

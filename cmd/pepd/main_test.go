@@ -144,3 +144,23 @@ func TestProcess(t *testing.T) {
 		t.Errorf("exit after SIGTERM: %v", err)
 	}
 }
+
+// TestHelpAndCheck: pepd -h describes the program and exits 0; -check
+// validates a configuration and exits 0, or prints the file:line: field
+// error and exits 2 (as nginx -t and squid -k parse do).
+func TestHelpAndCheck(t *testing.T) {
+	var errb strings.Builder
+	if st := run([]string{"-h"}, &errb); st != 0 || !strings.Contains(errb.String(), "performance enhancing") || !strings.Contains(errb.String(), "-check") {
+		t.Errorf("-h: status %d, output %q", st, errb.String())
+	}
+	errb.Reset()
+	if st := run([]string{"-check", "-config", "../../configs/pepd.yaml"}, &errb); st != 0 || !strings.Contains(errb.String(), "is valid") {
+		t.Errorf("-check on configs/pepd.yaml: status %d, %q", st, errb.String())
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("mode: url\nvip: 10.0.0\n"), 0o644)
+	errb.Reset()
+	if st := run([]string{"-check", "-config", bad}, &errb); st != 2 || !strings.Contains(errb.String(), "bad.yaml:2: vip: ") {
+		t.Errorf("-check on a bad config: status %d, %q", st, errb.String())
+	}
+}

@@ -243,6 +243,9 @@ func Parse(name string, data []byte) (*Config, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("%s: %s", name, cleanYAMLError(err))
 	}
+	if err := unknownKey(&root, reflect.TypeOf(c), nil); err != nil {
+		return nil, fmt.Errorf("%s:%w", name, err)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && err != io.EOF { // io.EOF: empty file, all defaults
@@ -257,6 +260,92 @@ func Parse(name string, data []byte) (*Config, error) {
 		return nil, c.locate(err)
 	}
 	return &c, nil
+}
+
+// unknownKey finds the first mapping key of the document that is not a
+// field of the struct type it decodes into, and names its section and the
+// nearest known key: "12: dns: unknown key \"ttl\" (did you mean
+// \"vip_ttl\"?)". Keys of maps and anything not a struct are not checked.
+func unknownKey(n *yaml.Node, t reflect.Type, path []string) error {
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	known := map[string]reflect.Type{}
+	var names []string
+	for j := 0; j < t.NumField(); j++ {
+		f := t.Field(j)
+		name := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		if name == "" || name == "-" || !f.IsExported() {
+			continue
+		}
+		known[name] = f.Type
+		names = append(names, name)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		ft, ok := known[key.Value]
+		if !ok {
+			section := "top level"
+			if len(path) > 0 {
+				section = strings.Join(path, ".")
+			}
+			msg := fmt.Sprintf("%d: %s: unknown key %q", key.Line, section, key.Value)
+			if best := nearest(key.Value, names); best != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", best)
+			}
+			return errors.New(msg)
+		}
+		if err := unknownKey(val, ft, append(slices.Clone(path), key.Value)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nearest returns the candidate closest to s by edit distance
+// (Levenshtein), if it is close enough to be a likely typo: at most a
+// third of the longer word's length, or s is a prefix or suffix of it.
+func nearest(s string, candidates []string) string {
+	best, bestD := "", -1
+	for _, c := range candidates {
+		d := editDistance(s, c)
+		if bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	if bestD <= max(len(s), len(best))/3 || strings.HasPrefix(best, s) || strings.HasSuffix(best, s) {
+		return best
+	}
+	return ""
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // findDecodeError walks the document beside the struct type t and decodes

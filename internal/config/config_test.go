@@ -48,8 +48,9 @@ func TestErrors(t *testing.T) {
 	cases := []struct {
 		name, yaml, want string
 	}{
-		{"unknown key", "mode: url\nvipp: 1.2.3.4\n", `bad.yaml: 2: field vipp not found`},
-		{"unknown nested key", "dns:\n  vip_ttl: 1h\n  ttl: 5\n", `bad.yaml: 3: field ttl not found`},
+		{"unknown key", "mode: url\nvipp: 1.2.3.4\n", `bad.yaml:2: top level: unknown key "vipp" (did you mean "vip"?)`},
+		{"unknown nested key", "dns:\n  vip_ttl: 1h\n  ttl: 5\n", `bad.yaml:3: dns: unknown key "ttl" (did you mean "vip_ttl"?)`},
+		{"unknown key far from any", "http:\n  zzzzzzzz: 1\n", `bad.yaml:2: http: unknown key "zzzzzzzz"`},
 		{"bad mode", "mode: proxy\n", `bad.yaml:1: mode: mode: "proxy" is not one of off, dns, url`},
 		{"vip not an address", "vip: 10.0.0\n", `bad.yaml:1: vip: ParseAddr("10.0.0"): IPv4 address too short`},
 		{"vip is v6", "mode: dns\nvip: \"2001:db8::1\"\n", `bad.yaml:2: vip: "2001:db8::1" is not an IPv4 address`},
