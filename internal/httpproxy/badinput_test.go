@@ -315,3 +315,16 @@ func TestMalformedRequestBody(t *testing.T) {
 		t.Errorf("counted %v bad requests, want 1", got)
 	}
 }
+
+// TestCLAndTECloses: a request with both Content-Length and
+// Transfer-Encoding: chunked is handled as chunked, and the connection
+// closes after the response (issue 12, D4; RFC 9112 §6.1).
+func TestCLAndTECloses(t *testing.T) {
+	p, _, o := world(t, mode.URL, true)
+	req := "POST /www.site.test:" + o.Port + "/form HTTP/1.1\r\nHost: 192.0.2.12\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+	resp, _ := p.raw(t, "127.0.0.9", req)
+	// ReadResponse reads "Connection: close" into resp.Close.
+	if !resp.Close {
+		t.Errorf("%d without Connection: close; want the connection closed after the response", resp.StatusCode)
+	}
+}

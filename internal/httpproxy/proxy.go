@@ -268,6 +268,7 @@ type ctxKey struct{}
 type connInfo interface {
 	originalDst() (netip.AddrPort, bool)
 	setActive()
+	takeCloseNext() bool
 }
 
 type connCtxKey struct{}
@@ -279,6 +280,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ci, _ := r.Context().Value(connCtxKey{}).(connInfo)
 	if ci != nil {
 		ci.setActive()
+		if ci.takeCloseNext() {
+			w = &closingWriter{ResponseWriter: w}
+		}
 	}
 	src, _ := netip.ParseAddrPort(r.RemoteAddr)
 	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
@@ -305,6 +309,23 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, d.ri)))
 }
+
+// closingWriter sets "Connection: close" as the head is written (after
+// the hop-by-hop fields of the upstream response were removed), so that
+// the server closes the connection after this response.
+type closingWriter struct{ http.ResponseWriter }
+
+func (c *closingWriter) WriteHeader(code int) {
+	c.Header().Set("Connection", "close")
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *closingWriter) Write(b []byte) (int, error) {
+	c.Header().Set("Connection", "close")
+	return c.ResponseWriter.Write(b)
+}
+
+func (c *closingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // decision is what decide made of a request: forward it (ri set; ri.direct
 // valid means bypass Squid), or answer it with code and reason. decide has

@@ -122,6 +122,9 @@ func (s *Server) serveRelay(c *conn) {
 		if !ok {
 			c.SetReadDeadline(time.Time{})
 			c.idle.Store(false)
+			if raw != nil && hasCLAndTE(raw) {
+				c.closeNext.Store(true)
+			}
 			if s.handOver(&handoffConn{conn: c, r: rc.br}) {
 				handedOver = true
 			}
@@ -175,6 +178,23 @@ func (rc *relayConn) setUpDeadline(kind int) {
 	}
 	rc.up.SetReadDeadline(now.Add(rc.p.upTimeout))
 	rc.upDl, rc.upDlAt = kind, now
+}
+
+// hasCLAndTE reports whether a request head carries both Content-Length
+// and Transfer-Encoding (RFC 9112 §6.1: the server MUST close the
+// connection after responding to such a request).
+func hasCLAndTE(head []byte) bool {
+	var cl, te bool
+	for _, l := range bytes.Split(head, []byte("\n"))[1:] {
+		name, _, ok := bytes.Cut(l, []byte(":"))
+		if !ok {
+			continue
+		}
+		name = bytes.TrimSpace(name)
+		cl = cl || eqFold(name, "content-length")
+		te = te || eqFold(name, "transfer-encoding")
+	}
+	return cl && te
 }
 
 // skipEmptyLines consumes up to n empty lines (CRLF or a bare LF) at the

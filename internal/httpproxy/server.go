@@ -332,10 +332,17 @@ type conn struct {
 	waiting     atomic.Bool // relay: waiting for a request, no byte of it read yet (Shutdown closes it)
 	closed      atomic.Bool
 	timedOut    atomic.Bool // counted once
+	// closeNext: the next request handed to the standard library came
+	// with both Content-Length and Transfer-Encoding; its response closes
+	// the connection (RFC 9112 §6.1). Go's server drops the Content-Length
+	// before the handler could see it, so the relay, which read the raw
+	// head, sets this when it hands the connection over.
+	closeNext atomic.Bool
 }
 
 func (c *conn) originalDst() (netip.AddrPort, bool) { return c.orig, c.intercepted }
 func (c *conn) setActive()                          { c.active.Store(true) }
+func (c *conn) takeCloseNext() bool                 { return c.closeNext.Swap(false) }
 
 func (c *conn) Read(b []byte) (int, error) {
 	n, err := c.countConn.Read(b)
