@@ -386,6 +386,7 @@ func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
 		Resolver:     &httpproxy.Resolver{Servers: c.Resolvers, Timeout: c.DNS.Timeout},
 		Rewriter:     rw,
 		HostMismatch: c.HTTP.HostMismatch,
+		KeepPrivate:  c.HTTP.KeepPrivateToken,
 	}, nil
 }
 

@@ -114,6 +114,10 @@ type HTTP struct {
 	// to the original destination, never cached under that name) or
 	// "refuse" (403). Default "direct".
 	HostMismatch string `yaml:"host_mismatch"`
+	// KeepPrivateToken passes the CacheKeeper opt-out token (CK-Private in
+	// User-Agent, seed 000 §4) on to the origin; by default pepd strips it
+	// (the transaction is still never cached: internal/cachepolicy).
+	KeepPrivateToken bool `yaml:"keep_private_token"`
 }
 
 // DNS holds the DNS rewriter's settings (issue 3).

@@ -110,7 +110,8 @@ type origin struct {
 	Port  string
 	mu    sync.Mutex
 	hits  map[string]int
-	pages map[string]page // Host without port + path -> page
+	last  map[string]http.Header // the request headers of the last request per key
+	pages map[string]page        // Host without port + path -> page
 }
 
 type page struct {
@@ -124,7 +125,7 @@ func startOrigin(t testing.TB, ip string, pages map[string]page) *origin {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &origin{hits: map[string]int{}, pages: pages}
+	o := &origin{hits: map[string]int{}, last: map[string]http.Header{}, pages: pages}
 	o.Addr = netip.MustParseAddrPort(l.Addr().String())
 	o.Port = strconv.Itoa(int(o.Addr.Port()))
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -135,6 +136,7 @@ func startOrigin(t testing.TB, ip string, pages map[string]page) *origin {
 		key := host + r.URL.RequestURI()
 		o.mu.Lock()
 		o.hits[key]++
+		o.last[key] = r.Header.Clone()
 		o.mu.Unlock()
 		p, ok := o.pages[key]
 		if !ok {
@@ -151,6 +153,12 @@ func startOrigin(t testing.TB, ip string, pages map[string]page) *origin {
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	return o
+}
+
+func (o *origin) lastHeader(key string) http.Header {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.last[key]
 }
 
 func (o *origin) hitCount(key string) int {

@@ -178,3 +178,46 @@ func get(t *testing.T, c *http.Client, url string, wantCode int) string {
 	}
 	return string(b)
 }
+
+// TestPrivateOptOut: CacheKeeper's per-transaction opt-out (seed 000 §4)
+// and a no-store request, through pepd and a real Squid, on the relay
+// (plain GET) and on the standard library path (a GET with a body header
+// the relay leaves to it): fetched from the origin every time and never
+// served from the cache; the CK-Private token and pepd's Pep-Private mark
+// never reach the origin; an ordinary request is cached (the control).
+func TestPrivateOptOut(t *testing.T) {
+	p, _, o := world(t, mode.URL, true)
+	for _, tc := range []struct {
+		name, obj, extra string
+		cached           bool
+	}{
+		{"ordinary (control)", "img.cdn.test/logo.png", "User-Agent: MyApp/2.1\r\n", true},
+		{"CK-Private", "static.other.test/bg.png", "User-Agent: MyApp/2.1 CK-Private\r\n", false},
+		{"CK-Private, standard library path", "static.other.test/style.css", "User-Agent: MyApp/2.1 CK-Private\r\nExpect: 100-continue\r\nContent-Length: 0\r\n", false},
+		{"no-store", "www.site.test/app.js", "User-Agent: MyApp/2.1\r\nCache-Control: no-store\r\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			host, path, _ := strings.Cut(tc.obj, "/")
+			req := "GET /" + host + ":" + o.Port + "/" + path + " HTTP/1.1\r\nHost: 192.0.2.12\r\n" + tc.extra + "\r\n"
+			for i := range 3 {
+				if resp, body := p.raw(t, "127.0.0.9", req); resp.StatusCode != 200 {
+					t.Fatalf("request %d: %d %q", i+1, resp.StatusCode, body)
+				}
+			}
+			want := 3
+			if tc.cached {
+				want = 1
+			}
+			if got := o.hitCount(tc.obj); got != want {
+				t.Errorf("origin saw %d requests, want %d", got, want)
+			}
+			h := o.lastHeader(tc.obj)
+			if ua := h.Get("User-Agent"); ua != "MyApp/2.1" {
+				t.Errorf("origin saw User-Agent %q, want %q", ua, "MyApp/2.1")
+			}
+			if v := h.Get("Pep-Private"); v != "" {
+				t.Errorf("origin saw Pep-Private %q", v)
+			}
+		})
+	}
+}

@@ -45,6 +45,7 @@ import (
 
 	"github.com/pires/go-proxyproto"
 
+	"pep/internal/cachepolicy"
 	"pep/internal/guard"
 	"pep/internal/mode"
 	"pep/internal/rewrite"
@@ -99,6 +100,9 @@ type Settings struct {
 	Rewriter *rewrite.Rewriter
 	// HostMismatch is "direct" or "refuse" (config http.host_mismatch).
 	HostMismatch string
+	// KeepPrivate passes the CK-Private token on to the origin (config
+	// http.keep_private_token); false strips it (cachepolicy.PrivateUA).
+	KeepPrivate bool
 }
 
 // Proxy is the HTTP handler of pepd's HTTP path. Build it with New; serve
@@ -636,6 +640,12 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 	}
 	if ri.kind == kindVIPPath {
 		p.vipRequestHeaders(pr.Out.Header, ri.target, ri.st.Rewriter)
+	}
+	if ua := pr.Out.Header.Get("User-Agent"); ua != "" {
+		if v, private := cachepolicy.PrivateUA(ua, ri.st.KeepPrivate); private {
+			pr.Out.Header.Set("User-Agent", v)
+			pr.Out.Header.Set(cachepolicy.PrivateHeader, "1")
+		}
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"pep/internal/mode"
+
+	"pep/internal/cachepolicy"
 )
 
 // The relay is the Server's HTTP/1.1 path for the common request: GET or
@@ -179,6 +181,8 @@ func (rc *relayConn) setUpDeadline(kind int) {
 	rc.up.SetReadDeadline(now.Add(rc.p.upTimeout))
 	rc.upDl, rc.upDlAt = kind, now
 }
+
+var privateToken = []byte(cachepolicy.PrivateToken)
 
 // hasCLAndTE reports whether a request head carries both Content-Length
 // and Transfer-Encoding (RFC 9112 §6.1: the server MUST close the
@@ -348,7 +352,20 @@ func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
 	out = append(out, ri.target.Host...)
 	out = append(out, "\r\n"...)
 	for _, l := range h.lines {
-		out = append(out, raw[l.from:l.to]...)
+		line := raw[l.from:l.to]
+		if bytes.Contains(line, privateToken) {
+			if name, v, ok := bytes.Cut(line, []byte(":")); ok && eqFold(bytes.TrimSpace(name), "user-agent") {
+				// The same mapping as the standard library path's
+				// (Proxy.rewriteRequest): CacheKeeper's opt-out.
+				if ua, private := cachepolicy.PrivateUA(string(bytes.TrimSpace(v)), ri.st.KeepPrivate); private {
+					out = append(out, "User-Agent: "...)
+					out = append(out, ua...)
+					out = append(out, "\r\n"+cachepolicy.PrivateHeader+": 1\r\n"...)
+					continue
+				}
+			}
+		}
+		out = append(out, line...)
 		out = append(out, "\r\n"...)
 	}
 	if ri.kind == kindVIPPath {
