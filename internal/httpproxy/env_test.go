@@ -117,6 +117,7 @@ type origin struct {
 type page struct {
 	ctype, body string
 	header      map[string]string
+	delay       time.Duration // before the response head (requests overlap)
 }
 
 func startOrigin(t testing.TB, ip string, pages map[string]page) *origin {
@@ -143,6 +144,7 @@ func startOrigin(t testing.TB, ip string, pages map[string]page) *origin {
 			http.NotFound(w, r)
 			return
 		}
+		time.Sleep(p.delay)
 		w.Header().Set("Content-Type", p.ctype)
 		w.Header().Set("Cache-Control", "max-age=3600")
 		for k, v := range p.header {

@@ -1,11 +1,13 @@
 package httpproxy
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +33,9 @@ var sitePages = map[string]page{
 	"static.other.test/style.css": {ctype: "text/css", body: "body{background:url(/bg.png)}"},
 	"static.other.test/bg.png":    {ctype: "image/png", body: "PNG-bg"},
 	"img.cdn.test/logo.png":       {ctype: "image/png", body: "PNG-logo"},
+	// Slow objects for the same-click test: requests overlap at the origin.
+	"img.cdn.test/click.png":   {ctype: "image/png", body: "PNG-click", delay: 300 * time.Millisecond},
+	"img.cdn.test/private.png": {ctype: "image/png", body: "PNG-private", delay: 300 * time.Millisecond, header: map[string]string{"Cache-Control": "private, no-store"}},
 	"www.site.test/redirect":      {ctype: "text/plain", body: "moved", header: map[string]string{"Location": "/app.js", "Set-Cookie": "sid=1; Path=/; Domain=site.test"}},
 }
 
@@ -219,5 +224,51 @@ func TestPrivateOptOut(t *testing.T) {
 				t.Errorf("origin saw Pep-Private %q", v)
 			}
 		})
+	}
+}
+
+// TestSameClickCollapsing: CacheKeeper's "same-click redundancy" (seed
+// 000): 20 identical requests for a cacheable object arriving together
+// (within a few ms, far inside the 200 ms window) reach the origin once
+// through pepd and Squid (collapsed_forwarding on), each subscriber
+// connection getting the whole object. Uncacheable duplicates (a no-store
+// response) are not collapsed: Squid cannot share a response it may not
+// store, so each reaches the origin.
+func TestSameClickCollapsing(t *testing.T) {
+	p, _, o := world(t, mode.URL, true)
+	for _, tc := range []struct {
+		obj, body string
+		want      int
+	}{{"img.cdn.test/click.png", "PNG-click", 1}, {"img.cdn.test/private.png", "PNG-private", 20}} {
+		host, path, _ := strings.Cut(tc.obj, "/")
+		url := "http://192.0.2.12/" + host + ":" + o.Port + "/" + path
+		var wg sync.WaitGroup
+		errs := make(chan error, 20)
+		start := time.Now()
+		for i := range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := p.client(fmt.Sprintf("127.0.1.%d", i+1)) // 20 subscribers
+				resp, err := c.Get(url)
+				if err != nil {
+					errs <- err
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || string(b) != tc.body {
+					errs <- fmt.Errorf("%d %q", resp.StatusCode, b)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("%s: %v", tc.obj, err)
+		}
+		if got := o.hitCount(tc.obj); got != tc.want {
+			t.Errorf("%s: the origin saw %d requests for 20 at once (in %s), want %d", tc.obj, got, time.Since(start).Round(time.Millisecond), tc.want)
+		}
 	}
 }
