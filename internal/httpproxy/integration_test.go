@@ -36,7 +36,7 @@ var sitePages = map[string]page{
 	// Slow objects for the same-click test: requests overlap at the origin.
 	"img.cdn.test/click.png":   {ctype: "image/png", body: "PNG-click", delay: 300 * time.Millisecond},
 	"img.cdn.test/private.png": {ctype: "image/png", body: "PNG-private", delay: 300 * time.Millisecond, header: map[string]string{"Cache-Control": "private, no-store"}},
-	"www.site.test/redirect":      {ctype: "text/plain", body: "moved", header: map[string]string{"Location": "/app.js", "Set-Cookie": "sid=1; Path=/; Domain=site.test"}},
+	"www.site.test/redirect":   {ctype: "text/plain", body: "moved", header: map[string]string{"Location": "/app.js", "Set-Cookie": "sid=1; Path=/; Domain=site.test"}},
 }
 
 var siteRecords = map[string]string{
