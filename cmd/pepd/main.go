@@ -240,6 +240,7 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 	d.httpSrv = httpproxy.NewServer(d.proxy, httpproxy.Limits{
 		MaxHeaderBytes: int(cfg.HTTP.MaxHeaderBytes), ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
 		IdleTimeout: cfg.HTTP.IdleTimeout, MaxConns: cfg.HTTP.MaxConns,
+		WriteTimeout: cfg.HTTP.WriteTimeout, MaxConnsPerSubscriber: cfg.HTTP.MaxConnsPerSubscriber,
 	}, log, hm)
 	// Shutdown of the HTTP server closes its listeners and waits for the
 	// requests in flight, so it comes first.

@@ -109,6 +109,15 @@ type HTTP struct {
 	// MaxConns bounds concurrent client connections; more wait in the
 	// kernel's accept queue. Default 10000.
 	MaxConns int `yaml:"max_conns"`
+	// WriteTimeout closes a subscriber connection that does not take a
+	// write for this long (a subscriber that stopped reading). Default 30s
+	// (httpproxy.Limits.WriteTimeout says why; Squid's write_timeout,
+	// HAProxy's timeout client).
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// MaxConnsPerSubscriber bounds the connections of one source address;
+	// more are closed at accept. Default 256 (Chromium's socket limit per
+	// profile); -1: no bound.
+	MaxConnsPerSubscriber int `yaml:"max_conns_per_subscriber"`
 	// HostMismatch says what pepd does with an intercepted request whose
 	// Host does not resolve to the original destination: "direct" (forward
 	// to the original destination, never cached under that name) or
@@ -512,6 +521,10 @@ func (c *Config) Validate() error {
 		return field.Errorf("http.upstream_timeout", "%v must be positive", h.UpstreamTimeout)
 	case h.MaxConns < 1:
 		return field.Errorf("http.max_conns", "%d must be at least 1", h.MaxConns)
+	case h.WriteTimeout < 0:
+		return field.Errorf("http.write_timeout", "%s must not be negative", h.WriteTimeout)
+	case h.MaxConnsPerSubscriber < -1:
+		return field.Errorf("http.max_conns_per_subscriber", "%d must be -1 (no bound) or more", h.MaxConnsPerSubscriber)
 	case h.HostMismatch != "direct" && h.HostMismatch != "refuse":
 		return field.Errorf("http.host_mismatch", "%q is not one of direct, refuse", h.HostMismatch)
 	}

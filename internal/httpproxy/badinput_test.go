@@ -2,10 +2,12 @@ package httpproxy
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -326,5 +328,80 @@ func TestCLAndTECloses(t *testing.T) {
 	// ReadResponse reads "Connection: close" into resp.Close.
 	if !resp.Close {
 		t.Errorf("%d without Connection: close; want the connection closed after the response", resp.StatusCode)
+	}
+}
+
+// TestSlowReaderAndPerSubscriberBound: issue 12, D1. A subscriber that
+// stops reading a large response is closed after the write timeout (before:
+// held past 150 s), counted as a write timeout; one address cannot hold
+// more than its share of connections, and another subscriber is served
+// meanwhile (before: 50 non-reading connections from one address kept a
+// second subscriber waiting about 80 s).
+func TestSlowReaderAndPerSubscriberBound(t *testing.T) {
+	ns := startDNS(t, siteRecords)
+	big := strings.Repeat("x", 10<<20)
+	o := startOrigin(t, originIP, map[string]page{"img.cdn.test/big.bin": {ctype: "application/octet-stream", body: big}})
+	port := o.Addr.Port()
+	sc := DefaultSquidConf(testVIP)
+	sc.Subscribers = []string{"127.0.0.0/8"}
+	sc.AllowedPorts = []uint16{80, port}
+	sc.AllowDst = []string{originIP + "/32"}
+	sc.Resolvers = []string{ns.IP}
+	if ns.Addr != ns.IP+":53" {
+		sc.HostsFile = writeHosts(t, siteRecords)
+	}
+	sq := startSquid(t, sc)
+	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port},
+		limits: Limits{WriteTimeout: time.Second, MaxConnsPerSubscriber: 3}})
+
+	// The slow reader: asks for 10 MiB and reads nothing.
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.22")}}
+	slow, err := d.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	slow.(*net.TCPConn).SetReadBuffer(4096)
+	io.WriteString(slow, "GET /img.cdn.test:"+o.Port+"/big.bin HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
+	start := time.Now()
+	deadline := time.Now().Add(20 * time.Second)
+	for testutilValue(p.M.timeouts.WithLabelValues("write")) < 1 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	closedAfter := time.Since(start)
+	slow.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, _ := io.Copy(io.Discard, slow)
+	if testutilValue(p.M.timeouts.WithLabelValues("write")) < 1 || n >= int64(len(big)) {
+		t.Fatalf("slow reader: no write timeout within %s (read %d bytes afterwards)", closedAfter, n)
+	}
+	t.Logf("slow reader closed %s after its request (write timeout 1 s), %d bytes had been sent", closedAfter.Round(10*time.Millisecond), n)
+
+	// Three connections from one address are its bound; the fourth is
+	// closed at accept, while another address is served.
+	d = &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.20")}}
+	for i := range 3 {
+		c, err := d.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = i
+	}
+	time.Sleep(100 * time.Millisecond) // the three are accepted
+	fourth, err := d.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fourth.Close()
+	fourth.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := fourth.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("fourth connection of one subscriber: %v, want closed at accept", err)
+	}
+	if resp, _ := p.raw(t, "127.0.0.21", "GET "+HealthPath+" HTTP/1.1\r\nHost: x\r\n\r\n"); resp.StatusCode != 200 {
+		t.Errorf("another subscriber: %d, want served", resp.StatusCode)
+	}
+	if got := testutilValue(p.M.refused.WithLabelValues("per-subscriber connection limit")); got != 1 {
+		t.Errorf("refused by the per-subscriber bound: %v, want 1", got)
 	}
 }

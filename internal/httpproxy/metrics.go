@@ -72,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		limitWaits: prometheus.NewCounter(opts("connection_limit_waits_total",
 			"Accepts that had to wait because http.max_conns connections were open.")),
 		timeouts: prometheus.NewCounterVec(opts("timeouts_total",
-			"Subscriber connections closed by a timeout, by phase (read_header, idle)."), []string{"phase"}),
+			"Subscriber connections closed by a timeout, by phase (read_header, idle, write)."), []string{"phase"}),
 		hostMismatch: prometheus.NewCounterVec(opts("host_mismatch_total",
 			"Intercepted requests whose Host does not resolve to the original destination, by action (direct, refuse)."), []string{"action"}),
 	}

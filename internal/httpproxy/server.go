@@ -36,6 +36,20 @@ type Limits struct {
 	// Server's listeners; more wait in the kernel's accept queue. Zero
 	// means 10000.
 	MaxConns int
+	// WriteTimeout bounds each write to a subscriber: a subscriber that
+	// stops reading for this long is closed (issue 12, D1). Squid's
+	// write_timeout and HAProxy's "timeout client" play this part. Zero
+	// means 30s: on the slowest radio profile (EDGE, about 200 kbit/s
+	// down) the relay's largest write, 32 KiB, takes under 2 s to drain
+	// once the socket buffer is full, so 30 s is idleness, not slowness.
+	WriteTimeout time.Duration
+	// MaxConnsPerSubscriber bounds the concurrent connections of one
+	// source address, so that one subscriber cannot take the whole
+	// MaxConns pool (D1: 50 non-reading connections from one address kept
+	// others waiting). More are closed at accept and counted. Zero means
+	// 256 (Chromium opens at most 256 sockets per profile); negative means
+	// no bound.
+	MaxConnsPerSubscriber int
 }
 
 // Server serves a Proxy on one or more listeners (intercept.Listener for
@@ -47,14 +61,17 @@ type Limits struct {
 // relay does not serve is handed over, with what it had read, to the
 // standard library's http.Server running Proxy.ServeHTTP.
 type Server struct {
-	srv  *http.Server
-	p    *Proxy
-	lim  Limits
-	m    *Metrics
-	sem  chan struct{}
-	done chan struct{}
-	once sync.Once
-	log  *slog.Logger
+	srv *http.Server
+	p   *Proxy
+	lim Limits
+	m   *Metrics
+	sem chan struct{}
+	// perSub counts open connections per subscriber address
+	// (Limits.MaxConnsPerSubscriber).
+	perSub subscriberConns
+	done   chan struct{}
+	once   sync.Once
+	log    *slog.Logger
 
 	relayOff  bool // tests and benchmarks: serve every connection with net/http
 	hl        *handoffListener
@@ -74,6 +91,12 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 	}
 	if lim.IdleTimeout == 0 {
 		lim.IdleTimeout = 120 * time.Second
+	}
+	if lim.WriteTimeout == 0 {
+		lim.WriteTimeout = 30 * time.Second
+	}
+	if lim.MaxConnsPerSubscriber == 0 {
+		lim.MaxConnsPerSubscriber = 256
 	}
 	if lim.MaxConns == 0 {
 		lim.MaxConns = 10000
@@ -303,9 +326,16 @@ func (l *listener) Accept() (net.Conn, error) {
 		<-l.s.sem
 		return nil, err
 	}
+	src := remoteAddr(c)
+	if !l.s.perSub.take(src, l.s.lim.MaxConnsPerSubscriber) {
+		<-l.s.sem
+		c.Close()
+		l.s.m.refused.WithLabelValues("per-subscriber connection limit").Inc()
+		return l.Accept()
+	}
 	l.s.m.conns.Inc()
 	l.s.m.openConns.Inc()
-	cc := &conn{s: l.s}
+	cc := &conn{s: l.s, src: src}
 	if od, ok := c.(interface {
 		OriginalDst() (netip.AddrPort, bool)
 	}); ok {
@@ -331,6 +361,8 @@ type conn struct {
 	idle        atomic.Bool // waiting for the next request, no byte of it read yet
 	waiting     atomic.Bool // relay: waiting for a request, no byte of it read yet (Shutdown closes it)
 	closed      atomic.Bool
+	src         netip.Addr  // the subscriber's address (per-subscriber bound)
+	wdlAt       time.Time   // when the write deadline was last armed
 	timedOut    atomic.Bool // counted once
 	// closeNext: the next request handed to the standard library came
 	// with both Content-Length and Transfer-Encoding; its response closes
@@ -368,12 +400,26 @@ func (c *conn) Write(b []byte) (int, error) {
 			c.s.m.badRequests.WithLabelValues(string(b[9:12])).Inc()
 		}
 	}
-	return c.countConn.Write(b)
+	// A write deadline per write (D1): a subscriber that stops reading is
+	// closed after WriteTimeout. Re-armed only when older than 1/64 of the
+	// timeout (a timer update per write costs; see setDeadline).
+	if wt := c.s.lim.WriteTimeout; wt > 0 {
+		if now := time.Now(); now.Sub(c.wdlAt) >= wt/64 {
+			c.SetWriteDeadline(now.Add(wt))
+			c.wdlAt = now
+		}
+	}
+	n, err := c.countConn.Write(b)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		c.s.m.timeouts.WithLabelValues("write").Inc()
+	}
+	return n, err
 }
 
 func (c *conn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		c.s.m.openConns.Dec()
+		c.s.perSub.release(c.src)
 		<-c.s.sem
 	}
 	return c.Conn.Close()
@@ -399,4 +445,43 @@ func (c *countConn) Write(b []byte) (int, error) {
 		c.out.Add(float64(n))
 	}
 	return n, err
+}
+
+// remoteAddr is a connection's source address, unmapped; invalid if it
+// cannot be read.
+func remoteAddr(c net.Conn) netip.Addr {
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+// subscriberConns counts open connections per source address.
+type subscriberConns struct {
+	mu sync.Mutex
+	n  map[netip.Addr]int
+}
+
+// take counts a new connection of src; false (not counted) when src has
+// max already (max < 0: no bound).
+func (s *subscriberConns) take(src netip.Addr, max int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == nil {
+		s.n = map[netip.Addr]int{}
+	}
+	if max >= 0 && s.n[src] >= max {
+		return false
+	}
+	s.n[src]++
+	return true
+}
+
+func (s *subscriberConns) release(src netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n[src]--; s.n[src] <= 0 {
+		delete(s.n, src)
+	}
 }
