@@ -10,24 +10,36 @@ BIN        := bin
 GOFLAGS    ?=
 export GOFLAGS
 
-# Debian packages the tests and the testbed need; installed when missing.
-DEB_PKGS := squid dnsmasq dnsutils chromium nftables iproute2 iptables ethtool \
-            dnsperf wrk procps ca-certificates docker-compose prometheus haproxy
+# Debian packages the build needs (pepd's image optimizer links libvips,
+# internal/optimize); installed when missing.
+BUILD_PKGS := gcc pkg-config libvips-dev
+# Debian packages the tests and the testbed need; installed when missing
+# (webp: cwebp, the optimizer benchmark's peer; python3-skimage: SSIM for
+# make optimize-quality).
+DEB_PKGS := $(BUILD_PKGS) squid dnsmasq dnsutils chromium nftables iproute2 iptables ethtool \
+            dnsperf wrk procps ca-certificates docker-compose prometheus haproxy \
+            webp python3-skimage python3-pil
 
-.PHONY: help build test test-unit deps vet fmt clean bench
+.PHONY: help build build-deps install-pkgs test test-unit deps vet fmt clean bench
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | \
 	  awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-build: ## build bin/pepd, bin/pepctl and the testbed tools
+build: build-deps ## build bin/pepd, bin/pepctl and the testbed tools
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 # deps: policy-rc.d exit 101 keeps the packages from starting their own squid
 # and dnsmasq during install; the tests and the testbed run their own.
 deps: ## install the Debian packages the tests and the testbed need (root)
-	@missing=""; for p in $(DEB_PKGS); do \
+	@$(MAKE) --no-print-directory install-pkgs PKGS='$(DEB_PKGS)'
+
+build-deps: ## install the Debian packages the build needs (root)
+	@$(MAKE) --no-print-directory install-pkgs PKGS='$(BUILD_PKGS)'
+
+install-pkgs:
+	@missing=""; for p in $(PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \

@@ -3,6 +3,9 @@
 //
 //	pepctl [-admin 127.0.0.1:9090] mode [off|dns|url]   print or switch the mode
 //	pepctl [-admin 127.0.0.1:9090] status               mode, health, main counters
+//	pepctl [-admin 127.0.0.1:9090] optimize [on|off]    print or switch the optimizer
+//	pepctl optimize-image [-quality N] [-o out.webp] FILE  run pepd's image transform on a file
+//	pepctl optimize-text [-o out.gz] FILE                  run pepd's text transform on a file
 //	pepctl rewrite-html -vip IP -base URL < in.html > out.html
 //	pepctl squid-conf [-config pepd.yaml] [-template configs/squid.conf] [flags] > squid.conf
 package main
@@ -18,11 +21,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"pep/internal/config"
 	"pep/internal/httpproxy"
+	"pep/internal/optimize"
 	"pep/internal/rewrite"
 )
 
@@ -33,7 +38,10 @@ func main() {
 const usage = `usage:
   pepctl [-admin ADDR[,ADDR...]] mode [off|dns|url]
   pepctl [-admin ADDR[,ADDR...]] status
+  pepctl [-admin ADDR[,ADDR...]] optimize [on|off]
         (several admin addresses: every gateway of an array, each line prefixed by its address)
+  pepctl optimize-image [-quality N] [-max-pixels N] [-o out.webp] FILE
+  pepctl optimize-text [-o out.gz] FILE
   pepctl rewrite-html -vip IP -base URL < in.html > out.html
   pepctl squid-conf [-config pepd.yaml] [-template configs/squid.conf] [options] > squid.conf
 `
@@ -65,6 +73,19 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = eachAdmin(*adminAddr, stdout, stderr, func(c *client, w io.Writer) error { return c.mode(w, rest) })
 	case "status":
 		err = eachAdmin(*adminAddr, stdout, stderr, func(c *client, w io.Writer) error { return c.status(w) })
+	case "optimize":
+		if len(rest) > 1 || len(rest) == 1 && strings.HasPrefix(rest[0], "-") {
+			fmt.Fprint(stderr, "usage: pepctl [-admin ADDR[,ADDR...]] optimize [on|off]\n")
+			return 2
+		}
+		err = eachAdmin(*adminAddr, stdout, stderr, func(c *client, w io.Writer) error {
+			if len(rest) == 0 {
+				return c.print(w, "GET", "/optimize", "")
+			}
+			return c.print(w, "PUT", "/optimize", rest[0])
+		})
+	case "optimize-image", "optimize-text":
+		err = optimizeFile(cmd, rest, stdout, stderr)
 	case "rewrite-html":
 		err = rewriteHTML(rest, stdin, stdout, stderr)
 	case "squid-conf":
@@ -153,6 +174,60 @@ func (c *client) do(method, path, body string) (string, error) {
 	return string(b), nil
 }
 
+// print prints the answer to one admin request.
+func (c *client) print(w io.Writer, method, path, body string) error {
+	b, err := c.do(method, path, body)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(w, b)
+	return nil
+}
+
+// optimizeFile runs exactly pepd's transform (optimize.Image or
+// optimize.Gzip, with optimize.* defaults or the flags) on a file, writes
+// the result with -o and prints sizes and the outcome, for operators to
+// preview what subscribers would get.
+func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := optimize.DefaultImageOptions()
+	fs.IntVar(&o.Quality, "quality", o.Quality, "WebP quality, 1-100 (optimize.quality)")
+	fs.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "pixel limit (optimize.max_pixels)")
+	fs.Float64Var(&o.MinSaving, "min-saving", o.MinSaving, "the fraction a result must save to be served (optimize.min_saving)")
+	out := fs.String("o", "", "write the body pepd would serve here (the input itself when it would pass untouched)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintf(stderr, "usage: pepctl %s [flags] FILE\n", cmd)
+		fs.PrintDefaults()
+		return errUsage
+	}
+	in, err := os.ReadFile(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	var body []byte
+	var skip, what string
+	if cmd == "optimize-image" {
+		res := optimize.Image(in, o)
+		body, skip, what = res.Body, res.Skip, res.Format+" -> webp q"+strconv.Itoa(o.Quality)
+	} else {
+		body, skip = optimize.Gzip(in, o.MinSaving)
+		what = "gzip"
+	}
+	if skip != "" {
+		fmt.Fprintf(stdout, "%s: %d bytes, passes untouched: %s\n", fs.Arg(0), len(in), skip)
+	} else {
+		fmt.Fprintf(stdout, "%s: %d -> %d bytes (%.1f %%), %s\n", fs.Arg(0), len(in), len(body), 100*float64(len(body))/float64(len(in)), what)
+	}
+	if *out != "" {
+		return os.WriteFile(*out, body, 0o644)
+	}
+	return nil
+}
+
 // mode prints the mode, or switches it when given one.
 func (c *client) mode(w io.Writer, args []string) error {
 	switch len(args) {
@@ -197,7 +272,8 @@ func (c *client) status(w io.Writer) error {
 		l := sc.Text()
 		for _, p := range []string{"pep_http_requests_total", "pep_http_refused_total", "pep_http_open_connections",
 			"pep_http_bad_requests_total", "pep_http_host_mismatch_total", "pep_rewrite_responses_total", "pep_rewrite_urls_total",
-			"pep_dns_"} {
+			"pep_dns_", "pep_admin_optimize_enabled", "pep_optimize_transforms_total", "pep_optimize_served_total",
+			"pep_optimize_skipped_total"} {
 			if strings.HasPrefix(l, p) {
 				fmt.Fprintln(w, l)
 			}
@@ -301,6 +377,10 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 	if *peers != "" {
 		sc.Peers = strings.Split(*peers, ",")
 		sc.PeerListen = *peerListen
+	}
+	sc.Optimizer = cfg.Optimize.Listen
+	if strings.HasPrefix(sc.Optimizer, ":") {
+		sc.Optimizer = "127.0.0.1" + sc.Optimizer
 	}
 	return httpproxy.RenderSquidConf(stdout, string(t), sc)
 }

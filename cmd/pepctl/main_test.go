@@ -118,7 +118,10 @@ func TestSquidConfArray(t *testing.T) {
 		"acl pep_array_members src 198.18.11.2 198.18.12.2\n",
 		"cache_peer 198.18.11.2 parent 3127 0 carp no-query no-digest no-netdb-exchange connect-timeout=2 connect-fail-limit=2 name=pep_array0\n",
 		"cache_peer 198.18.12.2 parent 3127 0 carp no-query no-digest no-netdb-exchange connect-timeout=2 connect-fail-limit=2 name=pep_array1\n",
-		"cache deny !pep_array_port\n", "unique_hostname pep-198.18.11.2\n", "never_direct allow !pep_array_port\n", "always_direct allow pep_array_port\n"} {
+		"cache deny !pep_array_port\n", "unique_hostname pep-198.18.11.2\n", "never_direct allow !pep_array_port\n",
+		// The owner fetches through its own optimizer (optimize.listen's default), never another member.
+		"cache_peer 127.0.0.1 parent 3131 0 no-query no-digest no-netdb-exchange default connect-timeout=2 connect-fail-limit=3 name=pep_optimizer\n",
+		"cache_peer_access pep_optimizer allow pep_array_port\ncache_peer_access pep_optimizer deny all\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("squid.conf lacks %q", want)
 		}

@@ -45,6 +45,7 @@ import (
 	"pep/internal/httpproxy"
 	"pep/internal/intercept"
 	"pep/internal/mode"
+	"pep/internal/optimize"
 	"pep/internal/rewrite"
 	"pep/internal/splice"
 )
@@ -195,6 +196,7 @@ type pepd struct {
 	level    *slog.LevelVar
 	reg      *prometheus.Registry
 	mode     *mode.Switch
+	optimize *optimize.Policy
 	rwm      *rewrite.Metrics
 	proxy    *httpproxy.Proxy
 	httpSrv  *httpproxy.Server
@@ -230,9 +232,13 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 	if err != nil {
 		return nil, err
 	}
+	if err := d.buildOptimizer(cfg); err != nil {
+		return nil, err
+	}
 	d.proxy, err = httpproxy.New(httpproxy.Options{
 		VIP: cfg.VIP, Squid: cfg.Squid, SquidProxyProtocol: cfg.SquidProxyProtocol,
 		UpstreamTimeout: cfg.HTTP.UpstreamTimeout, Mode: d.mode, Log: log, Metrics: hm, Settings: st,
+		Optimize: d.optimize,
 	})
 	if err != nil {
 		return nil, err
@@ -287,12 +293,70 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 			d.closeListeners()
 			return nil, fmt.Errorf("admin: listen %q: %w", cfg.Listen.Admin, err)
 		}
-		srv := &http.Server{Handler: admin.Handler(admin.Options{Mode: d.mode, Gatherer: d.reg, Health: d.health, Log: log}),
+		srv := &http.Server{Handler: admin.Handler(admin.Options{Mode: d.mode, Optimize: d.optimize.Switch,
+			Gatherer: d.reg, Health: d.health, Log: log}),
 			ReadHeaderTimeout: 5 * time.Second}
 		d.services = append(d.services, service{name: "admin " + ln.Addr().String(),
 			serve: func() error { return srv.Serve(ln) }, shutdown: srv.Shutdown})
 	}
 	return d, nil
+}
+
+// buildOptimizer creates the optimizer's policy (the switch, the
+// exclusion list: what pepd marks) and, when optimize.listen is set, the
+// optimizer itself, Squid's parent (internal/optimize). The switch and the
+// exclusion list follow SIGHUP; the rest needs a restart.
+func (d *pepd) buildOptimizer(cfg *config.Config) error {
+	om, err := optimize.NewMetrics(d.reg)
+	if err != nil {
+		return err
+	}
+	d.optimize = &optimize.Policy{Switch: optimize.NewSwitch(cfg.Optimize.Enabled), Metrics: om}
+	if err := admin.RegisterOptimizeMetrics(d.reg, d.optimize.Switch); err != nil {
+		return err
+	}
+	sites, err := optimize.LoadSites(cfg.Optimize.ExcludeFile)
+	if err != nil {
+		return err
+	}
+	d.optimize.SetSites(sites)
+	d.reloaders = append(d.reloaders, func(c *config.Config) error {
+		sites, err := optimize.LoadSites(c.Optimize.ExcludeFile)
+		if err != nil {
+			return err
+		}
+		d.optimize.SetSites(sites)
+		if prev := d.optimize.Switch.Set(c.Optimize.Enabled); prev != c.Optimize.Enabled {
+			d.log.Info("optimizer switched", "enabled", c.Optimize.Enabled, "by", "SIGHUP")
+		}
+		return nil
+	})
+	o := cfg.Optimize
+	if o.Listen == "" {
+		return nil
+	}
+	pol, err := d.policy(cfg)
+	if err != nil {
+		return err
+	}
+	res := &httpproxy.Resolver{Servers: cfg.Resolvers, Timeout: cfg.DNS.Timeout}
+	srv, err := optimize.New(optimize.Options{
+		Image:        optimize.ImageOptions{Quality: o.Quality, MaxPixels: o.MaxPixels, MinSaving: o.MinSaving},
+		MaxBodyBytes: int64(o.MaxBodyBytes), Workers: o.Workers, Queue: o.Queue, Deadline: o.Deadline,
+		Lookup: res.Lookup, Control: pol.Control, UpstreamTimeout: cfg.HTTP.UpstreamTimeout,
+		Metrics: om, Log: d.log.With("component", "optimize"),
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("optimize: listen %q: %w", o.Listen, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	d.services = append(d.services, service{name: "optimize " + ln.Addr().String(),
+		serve: func() error { return hs.Serve(ln) }, shutdown: hs.Shutdown})
+	return nil
 }
 
 // buildDNS adds the DNS proxy (listen.dns, UDP and TCP) and the TLS SNI

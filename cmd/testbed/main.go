@@ -72,7 +72,8 @@ func cmdRun(args []string) error {
 	fs.StringVar(&c.Corpus, "corpus", c.Corpus, `"default" (embedded, the paper's three sites), a tp5n .tar.gz or directory, a .warc[.gz] or a directory of them`)
 	profiles := fs.String("profile", strings.Join(c.Profiles, ","), "netem profiles (names or files), comma-separated")
 	fs.StringVar(&c.Wired, "wired", "", "netem profile for the gw-core link (default: none)")
-	modes := fs.String("modes", strings.Join(c.Modes, ","), "modes to compare: direct, off, dns, url")
+	modes := fs.String("modes", strings.Join(c.Modes, ","), "modes to compare: direct, off, dns, url, and those but direct with +opt (pepd's optimizer on)")
+	optimize := fs.String("optimize", "", "off, on or off,on: run every mode but direct without and/or with pepd's optimizer (adds the +opt modes)")
 	fs.IntVar(&c.Runs, "runs", c.Runs, "runs per mode (each a fresh browser and, unless -warm, a cold Squid)")
 	fs.StringVar(&c.Pages, "pages", "", `pages: "" (all), N (the first N) or a comma-separated list of names`)
 	fs.StringVar(&c.Out, "out", c.Out, "output folder")
@@ -102,6 +103,12 @@ func cmdRun(args []string) error {
 	}
 	c.Profiles = splitList(*profiles)
 	c.Modes = splitList(*modes)
+	if *optimize != "" {
+		var err error
+		if c.Modes, err = run.WithOptimize(c.Modes, splitList(*optimize)); err != nil {
+			return err
+		}
+	}
 	c.DisableFeatures = splitList(*disableFeatures)
 	r, err := browser.ParseResolver(*resolver)
 	if err != nil {

@@ -4,11 +4,16 @@
 //	GET  /mode     the current mode: "url\n", or {"mode":"url"} with Accept: application/json
 //	PUT  /mode     switch mode; body "dns" (text/plain) or {"mode":"dns"} (application/json);
 //	               answers the new and the previous mode. POST is accepted as well.
+//	GET  /optimize the optimizer switch: "on\n" or "off\n", or {"enabled":true} with Accept: application/json
+//	PUT  /optimize switch it; body "on"/"off" (text/plain) or {"enabled":true} (application/json);
+//	               answers the new and the previous state. POST is accepted as well. 404 when
+//	               pepd runs no optimizer switch.
 //	GET  /metrics  Prometheus metrics
 //	GET  /healthz  200 "ok" when the HTTP listener answers, 503 and the error otherwise
 //
 // A mode switch takes effect for the next request and DNS query; open
-// connections stay open (mode.Switch).
+// connections stay open (mode.Switch). The optimizer switch is orthogonal
+// to the mode and takes effect for the next request (optimize.Switch).
 package admin
 
 import (
@@ -27,12 +32,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"pep/internal/mode"
+	"pep/internal/optimize"
 )
 
 // Options configure the admin Handler.
 type Options struct {
 	// Mode is the switch /mode reads and writes. Required.
 	Mode *mode.Switch
+	// Optimize is the switch /optimize reads and writes; nil: no /optimize.
+	Optimize *optimize.Switch
 	// Gatherer serves /metrics. Nil: prometheus.DefaultGatherer.
 	Gatherer prometheus.Gatherer
 	// Health is /healthz's check, run with a 2s deadline. Nil: always
@@ -87,6 +95,25 @@ func Handler(o Options) http.Handler {
 	}
 	mux.HandleFunc("PUT /mode", put)
 	mux.HandleFunc("POST /mode", put)
+	if o.Optimize != nil {
+		mux.HandleFunc("GET /optimize", func(w http.ResponseWriter, r *http.Request) {
+			writeOptimize(w, r, OptimizeBody{Enabled: o.Optimize.On()})
+		})
+		putOpt := func(w http.ResponseWriter, r *http.Request) {
+			on, err := readOptimize(r)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			prev := o.Optimize.Set(on)
+			if prev != on {
+				log.Info("optimizer switched", "enabled", on, "previous", prev, "by", r.RemoteAddr)
+			}
+			writeOptimize(w, r, OptimizeBody{Enabled: on, Previous: &prev})
+		}
+		mux.HandleFunc("PUT /optimize", putOpt)
+		mux.HandleFunc("POST /optimize", putOpt)
+	}
 	return mux
 }
 
@@ -115,6 +142,67 @@ func readMode(r *http.Request) (mode.Mode, error) {
 	return mode.Parse(s)
 }
 
+// OptimizeBody is the JSON shape of /optimize requests and answers.
+type OptimizeBody struct {
+	Enabled  bool  `json:"enabled"`
+	Previous *bool `json:"previous,omitempty"`
+}
+
+// readOptimize parses a PUT /optimize body: JSON {"enabled":true}, or
+// plain text on|off (also true|false, 1|0).
+func readOptimize(r *http.Request) (bool, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1024))
+	if err != nil {
+		return false, fmt.Errorf("admin: reading body: %w", err)
+	}
+	s := strings.TrimSpace(string(b))
+	if strings.HasPrefix(s, "{") {
+		var body struct {
+			Enabled *bool `json:"enabled"`
+		}
+		if err := json.Unmarshal(b, &body); err != nil {
+			return false, fmt.Errorf("admin: body %q: %w", s, err)
+		}
+		if body.Enabled == nil {
+			return false, errors.New(`admin: body has no "enabled"`)
+		}
+		return *body.Enabled, nil
+	}
+	return ParseOnOff(s)
+}
+
+// ParseOnOff parses on|off (true|false, 1|0, any case).
+func ParseOnOff(s string) (bool, error) {
+	switch strings.ToLower(s) {
+	case "on", "true", "1":
+		return true, nil
+	case "off", "false", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("admin: %q is not on or off", s)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func writeOptimize(w http.ResponseWriter, r *http.Request, b OptimizeBody) {
+	if strings.Contains(r.Header.Get("Accept"), "application/json") {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(b)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if b.Previous != nil {
+		fmt.Fprintf(w, "%s (was %s)\n", onOff(b.Enabled), onOff(*b.Previous))
+		return
+	}
+	fmt.Fprintf(w, "%s\n", onOff(b.Enabled))
+}
+
 func writeMode(w http.ResponseWriter, r *http.Request, b ModeBody) {
 	if strings.Contains(r.Header.Get("Accept"), "application/json") {
 		w.Header().Set("Content-Type", "application/json")
@@ -127,6 +215,26 @@ func writeMode(w http.ResponseWriter, r *http.Request, b ModeBody) {
 		return
 	}
 	fmt.Fprintf(w, "%s\n", b.Mode)
+}
+
+// RegisterOptimizeMetrics registers pep_admin_optimize_enabled (1 on, 0
+// off) and pep_admin_optimize_changes_total with reg.
+func RegisterOptimizeMetrics(reg prometheus.Registerer, sw *optimize.Switch) error {
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "pep", Subsystem: "admin", Name: "optimize_enabled",
+		Help: "The optimizer switch: 1 on, 0 off.",
+	}, func() float64 {
+		if sw.On() {
+			return 1
+		}
+		return 0
+	})); err != nil {
+		return err
+	}
+	return reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "pep", Subsystem: "admin", Name: "optimize_changes_total",
+		Help: "Optimizer switches since start (admin API, pepctl, SIGHUP).",
+	}, func() float64 { return float64(sw.Changes()) }))
 }
 
 // RegisterMetrics registers pep_admin_mode{mode} (1 for the current mode,

@@ -68,7 +68,12 @@ type Config struct {
 	DNS     DNS     `yaml:"dns"`
 	Rewrite Rewrite `yaml:"rewrite"`
 	Guard   Guard   `yaml:"guard"`
-	Log     Log     `yaml:"log"`
+	// Optimize is the optimizer (internal/optimize, issue 11): images to
+	// WebP, gzip for uncompressed text, behind Squid as its parent.
+	Optimize Optimize `yaml:"optimize"`
+	// Radio are socket options of the subscriber-facing connections.
+	Radio Radio `yaml:"radio"`
+	Log   Log   `yaml:"log"`
 
 	file string    // where it was loaded from, for error messages
 	root yaml.Node // the parsed document, to find a field's line
@@ -186,6 +191,50 @@ type Guard struct {
 	Deny []netip.Prefix `yaml:"deny"`
 }
 
+// Optimize holds the optimizer's settings (internal/optimize). The
+// switch (enabled) is orthogonal to the mode and changes at run time
+// (PUT /optimize, pepctl optimize on|off, SIGHUP); listen and the queue
+// need a restart; enabled and the exclusion list are re-read on SIGHUP.
+type Optimize struct {
+	// Enabled marks requests for the optimizer. Default false.
+	Enabled bool `yaml:"enabled"`
+	// Listen is the optimizer's address, Squid's parent (squid.conf
+	// cache_peer pep_optimizer, rendered by pepctl squid-conf when set).
+	// Default 127.0.0.1:3131; "" runs no optimizer.
+	Listen string `yaml:"listen"`
+	// Quality is the WebP quality, 1-100. Default optimize.DefaultQuality.
+	Quality int `yaml:"quality"`
+	// MaxPixels bounds width*height of an image to decode. Default 40e6.
+	MaxPixels int64 `yaml:"max_pixels"`
+	// MinSaving is the fraction a transform must save to be served.
+	// Default 0.10.
+	MinSaving float64 `yaml:"min_saving"`
+	// MaxBodyBytes bounds a body buffered for a transform. Default 8MiB.
+	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// Workers is how many transforms run at once; 0: one per CPU.
+	Workers int `yaml:"workers"`
+	// Queue bounds the transforms waiting for a worker; 0: 4 per worker.
+	Queue int `yaml:"queue"`
+	// Deadline bounds a transform's wait for a worker. Default 200ms.
+	Deadline time.Duration `yaml:"deadline"`
+	// ExcludeFile lists sites never transformed, one host name per line
+	// (subdomains included); re-read on SIGHUP. Default none.
+	ExcludeFile string `yaml:"exclude_file"`
+}
+
+// Radio holds socket options of subscriber-facing TCP connections (issue
+// 11, "a short radio queue"); each is kept only where measured to lower
+// PLT or LCP (internal/httpproxy/README.md).
+type Radio struct {
+	// Congestion is TCP_CONGESTION for accepted connections ("" keeps the
+	// namespace's default, net.ipv4.tcp_congestion_control).
+	Congestion string `yaml:"congestion"`
+	// NotsentLowat is TCP_NOTSENT_LOWAT in bytes (0: the system's).
+	NotsentLowat ByteSize `yaml:"notsent_lowat"`
+	// MaxPacingRate is SO_MAX_PACING_RATE in bytes per second (0: none).
+	MaxPacingRate ByteSize `yaml:"max_pacing_rate"`
+}
+
 // Log holds logging settings.
 type Log struct {
 	// Level: debug, info, warn, error. Default info.
@@ -234,7 +283,9 @@ func Default() Config {
 			HTTPSRecords: "filter", Timeout: 2 * time.Second, Attempts: 3, MaxInflight: 1024},
 		Rewrite: Rewrite{MaxBodyBytes: 8 << 20},
 		Guard:   Guard{AllowedPorts: []uint16{80}},
-		Log:     Log{Level: "info", Format: "text"},
+		Optimize: Optimize{Listen: "127.0.0.1:3131", Quality: 75, MaxPixels: 40_000_000, MinSaving: 0.10,
+			MaxBodyBytes: 8 << 20, Deadline: 200 * time.Millisecond},
+		Log: Log{Level: "info", Format: "text"},
 	}
 }
 
@@ -527,6 +578,33 @@ func (c *Config) Validate() error {
 		return field.Errorf("http.max_conns_per_subscriber", "%d must be -1 (no bound) or more", h.MaxConnsPerSubscriber)
 	case h.HostMismatch != "direct" && h.HostMismatch != "refuse":
 		return field.Errorf("http.host_mismatch", "%q is not one of direct, refuse", h.HostMismatch)
+	}
+	o := c.Optimize
+	switch {
+	case o.Listen != "" && hostPort(o.Listen, false) != nil:
+		return field.Errorf("optimize.listen", "%w", hostPort(o.Listen, false))
+	case o.Enabled && o.Listen == "":
+		return field.Errorf("optimize.enabled", "needs optimize.listen (Squid's parent)")
+	case o.Quality < 1 || o.Quality > 100:
+		return field.Errorf("optimize.quality", "%d is outside 1..100", o.Quality)
+	case o.MaxPixels < 1:
+		return field.Errorf("optimize.max_pixels", "%d must be at least 1", o.MaxPixels)
+	case o.MinSaving < 0 || o.MinSaving >= 1:
+		return field.Errorf("optimize.min_saving", "%v is outside 0..1 (0.10: at least 10 %% smaller)", o.MinSaving)
+	case o.MaxBodyBytes < 1024:
+		return field.Errorf("optimize.max_body_bytes", "%d is below 1KiB", o.MaxBodyBytes)
+	case o.Workers < 0 || o.Queue < 0:
+		return field.Errorf("optimize.workers", "workers and queue must not be negative")
+	case o.Deadline < 0:
+		return field.Errorf("optimize.deadline", "%v must not be negative", o.Deadline)
+	}
+	if o.ExcludeFile != "" {
+		if _, err := os.Stat(o.ExcludeFile); err != nil {
+			return field.Errorf("optimize.exclude_file", "%w", err)
+		}
+	}
+	if c.Radio.NotsentLowat < 0 || c.Radio.MaxPacingRate < 0 {
+		return field.Errorf("radio", "sizes must not be negative")
 	}
 	d := c.DNS
 	for i, s := range d.RewriteDomains {

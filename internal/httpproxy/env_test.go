@@ -28,6 +28,7 @@ import (
 
 	"pep/internal/guard"
 	"pep/internal/mode"
+	"pep/internal/optimize"
 	"pep/internal/rewrite"
 )
 
@@ -327,6 +328,7 @@ type pepdOpts struct {
 	listener      func(net.Listener) net.Listener // wraps the loopback listener (fake interception)
 	stdlib        bool                            // serve with net/http only, no relay
 	upTimeout     time.Duration                   // Options.UpstreamTimeout; zero: 10s
+	optimize      *optimize.Policy                // Options.Optimize
 }
 
 var testVIP = netip.MustParseAddr("192.0.2.12")
@@ -355,7 +357,7 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 	sw := mode.NewSwitch(o.mode)
 	p, err := New(Options{
 		VIP: testVIP, Squid: o.squid, SquidProxyProtocol: o.proxyProtocol, Mode: sw, Log: log, Metrics: m,
-		UpstreamTimeout: cmp.Or(o.upTimeout, 10*time.Second),
+		UpstreamTimeout: cmp.Or(o.upTimeout, 10*time.Second), Optimize: o.optimize,
 		Settings: Settings{
 			Policy:       guard.New(guard.Options{Subscribers: subs, AllowedPorts: o.ports, Allow: allow, Self: []netip.Addr{testVIP}}),
 			Resolver:     &Resolver{Servers: []string{o.resolver}, Timeout: time.Second},

@@ -20,6 +20,7 @@ import (
 //	pep_http_connection_limit_waits_total          accepts that waited because http.max_conns were open
 //	pep_http_timeouts_total{phase}                 connections closed by read_header_timeout or idle_timeout
 //	pep_http_host_mismatch_total{action}           intercepted requests whose Host did not resolve to the original destination
+//	pep_http_radio_header_bytes_removed            per response from Squid: header bytes the radio-side diet left out (Via, X-Cache, ...)
 type Metrics struct {
 	requests        *prometheus.CounterVec
 	refused         *prometheus.CounterVec
@@ -33,6 +34,7 @@ type Metrics struct {
 	limitWaits      prometheus.Counter
 	timeouts        *prometheus.CounterVec
 	hostMismatch    *prometheus.CounterVec
+	dietBytes       prometheus.Histogram
 
 	clientIn, clientOut     prometheus.Counter
 	upstreamIn, upstreamOut prometheus.Counter
@@ -75,6 +77,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Subscriber connections closed by a timeout, by phase (read_header, idle, write)."), []string{"phase"}),
 		hostMismatch: prometheus.NewCounterVec(opts("host_mismatch_total",
 			"Intercepted requests whose Host does not resolve to the original destination, by action (direct, refuse)."), []string{"action"}),
+		dietBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "pep", Subsystem: "http", Name: "radio_header_bytes_removed",
+			Help:    "Header bytes of one response from Squid that the radio-side diet left out (Via, X-Cache, X-Cache-Lookup, the optimizer's marks).",
+			Buckets: []float64{0, 32, 64, 96, 128, 160, 192, 256, 384}}),
 	}
 	m.clientIn = m.clientBytes.WithLabelValues("received")
 	m.clientOut = m.clientBytes.WithLabelValues("sent")
@@ -85,7 +90,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.refused, m.badRequests, m.clientBytes,
 			m.upstreamBytes, m.upstreamSeconds, m.upstreamConns, m.openConns, m.conns, m.limitWaits,
-			m.timeouts, m.hostMismatch} {
+			m.timeouts, m.hostMismatch, m.dietBytes} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

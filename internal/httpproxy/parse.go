@@ -21,6 +21,8 @@ type reqHead struct {
 	cookies     []span // Cookie values
 	referers    []span // Referer values
 	cookieLines []span // the Cookie and Referer lines (passed on unless VIP path)
+	rng         bool   // a Range header (the optimizer serves such requests untransformed)
+	noTransform bool   // Cache-Control names no-transform (RFC 9111 §5.2.1.6)
 }
 
 // parseRequestHead parses head (request line, header lines, empty line,
@@ -125,6 +127,19 @@ func parseRequestHead(head []byte, h *reqHead) bool {
 		case eqFold(name, "keep-alive"), eqFold(name, "proxy-connection"), eqFold(name, "proxy-authorization"),
 			eqFold(name, "proxy-authenticate"), eqFold(name, "trailer"), eqFold(name, "forwarded"),
 			eqFold(name, "x-forwarded-for"), eqFold(name, "x-forwarded-host"), eqFold(name, "x-forwarded-proto"):
+		case eqFold(name, "pep-optimize"):
+			// pepd's own mark for the optimizer (optimize.MarkHeader): a
+			// subscriber's is dropped, pepd decides.
+		case eqFold(name, "range"):
+			h.rng = true
+			h.lines = append(h.lines, l)
+		case eqFold(name, "cache-control"):
+			forTokens(value, func(t []byte) {
+				if eqFold(t, "no-transform") {
+					h.noTransform = true
+				}
+			})
+			h.lines = append(h.lines, l)
 		case eqFold(name, "cookie"):
 			h.cookies = append(h.cookies, v)
 			h.cookieLines = append(h.cookieLines, l)
@@ -150,6 +165,8 @@ type respLine struct {
 	// managed is the canonical name of a header adjustResponse may read
 	// or change (rewriteHeaders), "" for the others.
 	managed string
+	// vary is a Vary line naming optimize.MarkHeader: sent without it.
+	vary bool
 }
 
 // respHead is a response head from Squid, as offsets into its bytes.
@@ -161,7 +178,20 @@ type respHead struct {
 	chunked   bool
 	closeUp   bool // Connection: close from Squid
 	has       int  // bitLocation, bitSetCookie
+	// diet is the bytes of the header lines left out (radioDiet).
+	diet int
+	// transform is the optimizer's TransformHeader value ("" if none);
+	// hit is Squid's X-Cache saying HIT.
+	transform string
+	hit       bool
 }
+
+// radioDiet are the response headers that never cross the radio link
+// (issue 11, header diet): what Squid adds for debugging (Via, X-Cache,
+// X-Cache-Lookup: pepd's own metrics and Squid's access.log say the same)
+// and the optimizer's mark (optimize.TransformHeader). Hop-by-hop headers
+// are removed anyway. The relay's parser and dietHeader both follow it.
+var radioDiet = map[string]bool{"via": true, "x-cache": true, "x-cache-lookup": true, "pep-transform": true}
 
 // rewriteHeaders are the response headers adjustResponse reads or writes:
 // Location, Set-Cookie and Access-Control-Allow-Origin (VIP-path mapping)
@@ -275,7 +305,21 @@ func parseResponseHead(head []byte, h *respHead) bool {
 						lower[j] = c + 'a' - 'A'
 					}
 				}
-				l.managed = rewriteHeaders[string(lower[:n])]
+				name := lower[:n]
+				if radioDiet[string(name)] {
+					h.diet += l.to - l.from + 2
+					switch string(name) {
+					case "x-cache":
+						h.hit = bytes.HasPrefix(value, []byte("HIT"))
+					case "pep-transform":
+						h.transform = string(value)
+					}
+					continue
+				}
+				if string(name) == "vary" && bytes.Contains(bytes.ToLower(value), markLower) {
+					l.vary = true
+				}
+				l.managed = rewriteHeaders[string(name)]
 				switch l.managed {
 				case "Location":
 					h.has |= bitLocation

@@ -48,6 +48,7 @@ import (
 	"pep/internal/cachepolicy"
 	"pep/internal/guard"
 	"pep/internal/mode"
+	"pep/internal/optimize"
 	"pep/internal/rewrite"
 )
 
@@ -83,6 +84,10 @@ type Options struct {
 	Log *slog.Logger
 	// Metrics counts requests; nil counts nothing.
 	Metrics *Metrics
+	// Optimize decides which requests to Squid carry the optimizer's mark
+	// (optimize.Policy.Mark) and counts transformed variants served; nil:
+	// no optimizer.
+	Optimize *optimize.Policy
 	// Settings are the reloadable settings at start.
 	Settings Settings
 }
@@ -112,6 +117,7 @@ type Proxy struct {
 	vip        netip.Addr
 	vipStr     string
 	mode       *mode.Switch
+	opt        *optimize.Policy
 	log        *slog.Logger
 	m          *Metrics
 	rc         *requestCounters
@@ -149,6 +155,7 @@ func New(o Options) (*Proxy, error) {
 		vip:       o.VIP.Unmap(),
 		vipStr:    o.VIP.Unmap().String(),
 		mode:      o.Mode,
+		opt:       o.Optimize,
 		log:       o.Log.With("component", "httpproxy"),
 		m:         o.Metrics,
 		squidAddr: o.Squid,
@@ -647,6 +654,34 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 			pr.Out.Header.Set(cachepolicy.PrivateHeader, "1")
 		}
 	}
+	delete(pr.Out.Header, optimize.MarkHeader)
+	if !ri.direct.IsValid() && p.opt.Mark(pr.In.Method, ri.target.Hostname(), pr.In.Header.Get("Range") != "",
+		hasNoTransform(pr.In.Header.Values("Cache-Control"))) {
+		pr.Out.Header.Set(optimize.MarkHeader, "1")
+	}
+}
+
+// hasNoTransform reports a Cache-Control no-transform directive.
+func hasNoTransform(values []string) bool {
+	for _, v := range values {
+		found := false
+		forTokens([]byte(v), func(t []byte) { found = found || eqFold(t, "no-transform") })
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// radioDone counts what the header diet removed from one response and a
+// transformed variant served (optimize.Metrics.Served).
+func (p *Proxy) radioDone(saved int, transform string, hit bool) {
+	if p.m != nil {
+		p.m.dietBytes.Observe(float64(saved))
+	}
+	if transform != "" && p.opt != nil {
+		p.opt.Metrics.Served(transform, hit)
+	}
 }
 
 func hostHeader(r *http.Request, target *url.URL) string {
@@ -711,6 +746,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		return nil
 	}
 	p.rc[ri.mode][ri.kind][outSquid].Inc()
+	p.radioDone(dietHeader(resp.Header))
 	p.adjustResponse(resp, ri)
 	return nil
 }

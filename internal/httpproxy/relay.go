@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"pep/internal/mode"
+	"pep/internal/optimize"
 
 	"pep/internal/cachepolicy"
 )
@@ -396,6 +397,9 @@ func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
 	if h.teTrailers {
 		out = append(out, "Te: trailers\r\n"...)
 	}
+	if rc.p.opt.Mark(h.method, ri.target.Hostname(), h.rng, h.noTransform) {
+		out = append(out, optimize.MarkHeader+": 1\r\n"...)
+	}
 	if !rc.p.pp {
 		out = append(out, "X-Forwarded-For: "...)
 		out = rc.src.Addr().AppendTo(out)
@@ -516,6 +520,7 @@ func (rc *relayConn) relayResponse(raw []byte, ri *reqInfo) bool {
 	// rc.ubr before the head is written.
 	rc.hbuf = append(rc.hbuf[:0], raw...)
 	rc.ubr.Discard(len(raw))
+	rc.p.radioDone(h.diet, h.transform, h.hit)
 	hb := rc.hbuf
 	noBody := rc.head.method == http.MethodHead || h.status == http.StatusNoContent || h.status == http.StatusNotModified
 	untilClose := !noBody && h.cl < 0 && !h.chunked
@@ -568,6 +573,14 @@ func (rc *relayConn) relayRaw(hdr http.Header, body *bodyReader, closeClient boo
 	out = append(out, "\r\n"...)
 	for _, l := range h.lines {
 		if hdr != nil && l.managed != "" {
+			continue
+		}
+		if l.vary {
+			if v := radioVary(string(head[l.vfrom:l.to])); v != "" {
+				out = append(out, "Vary: "...)
+				out = append(out, v...)
+				out = append(out, "\r\n"...)
+			}
 			continue
 		}
 		out = append(out, head[l.from:l.to]...)
@@ -744,7 +757,13 @@ func (rc *relayConn) sendReframed(resp *http.Response, body *bodyReader, closeCl
 	for _, l := range h.lines {
 		if l.managed == "" {
 			k := textproto.CanonicalMIMEHeaderKey(string(rc.hbuf[l.from:l.nameEnd]))
-			full[k] = append(full[k], string(rc.hbuf[l.vfrom:l.to]))
+			v := string(rc.hbuf[l.vfrom:l.to])
+			if l.vary {
+				if v = radioVary(v); v == "" {
+					continue
+				}
+			}
+			full[k] = append(full[k], v)
 		}
 	}
 	ok := rc.sendResponse(resp, closeClient)
@@ -773,6 +792,7 @@ func (rc *relayConn) relayParsed(ri *reqInfo) bool {
 		return err == nil && !closeClient
 	}
 	removeHopByHop(resp.Header)
+	rc.p.radioDone(dietHeader(resp.Header))
 	rc.p.adjustResponse(resp, ri)
 	closeClient := rc.head.close || rc.s.closing()
 	ok := rc.sendResponse(resp, closeClient)

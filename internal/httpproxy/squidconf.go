@@ -40,6 +40,9 @@ type SquidConf struct {
 	// PeerListen is this member's array port, host:port, reachable from the
 	// other members; required with Peers.
 	PeerListen string
+	// Optimizer is pepd's optimizer, host:port (config optimize.listen),
+	// Squid's parent; "" renders no parent.
+	Optimizer string
 }
 
 // ForbiddenRanges are the destination ranges Squid refuses, the same as
@@ -71,6 +74,11 @@ func RenderSquidConf(w io.Writer, tmpl string, c SquidConf) error {
 		"Resolvers": len(c.Resolvers), "AllowedPorts": len(c.AllowedPorts), "Forbidden": len(c.Forbidden)} {
 		if l == 0 {
 			return fmt.Errorf("httpproxy: squid.conf: %s is empty", name)
+		}
+	}
+	if c.Optimizer != "" {
+		if _, _, err := net.SplitHostPort(c.Optimizer); err != nil {
+			return fmt.Errorf("httpproxy: squid.conf: optimizer %q: %w", c.Optimizer, err)
 		}
 	}
 	if len(c.Peers) > 0 {

@@ -26,6 +26,12 @@ func modeColor(m string) color.Color {
 	if c, ok := modeColors[m]; ok {
 		return c
 	}
+	// A mode with the optimizer on ("url+opt"): its mode's hue, darker.
+	if base, ok := strings.CutSuffix(m, "+opt"); ok {
+		if c, ok := modeColors[base]; ok {
+			return color.RGBA{R: c.R * 3 / 5, G: c.G * 3 / 5, B: c.B * 3 / 5, A: 0xff}
+		}
+	}
 	return plotter.DefaultLineStyle.Color
 }
 

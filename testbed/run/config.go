@@ -13,7 +13,52 @@ import (
 )
 
 // Modes the runner knows, in the seed paper's order (direct is its NULL).
+// Each mode but direct also runs with pepd's optimizer on, as the mode
+// name with OptSuffix ("url+opt"): the optimizer is orthogonal to the
+// mode (internal/optimize).
 var Modes = []string{"direct", "off", "dns", "url"}
+
+// OptSuffix marks a mode run with the optimizer on.
+const OptSuffix = "+opt"
+
+// SplitMode returns the pepd mode of a testbed mode and whether the
+// optimizer is on: "url+opt" is ("url", true).
+func SplitMode(m string) (base string, opt bool) {
+	base, opt = strings.CutSuffix(m, OptSuffix)
+	return base, opt
+}
+
+// WithOptimize expands modes for -optimize: "off" keeps each mode as it
+// is, "on" adds its +opt variant (direct has none: no appliance), "off,on"
+// both, in that order per mode.
+func WithOptimize(modes []string, optimize []string) ([]string, error) {
+	var off, on bool
+	for _, o := range optimize {
+		switch o {
+		case "off":
+			off = true
+		case "on":
+			on = true
+		default:
+			return nil, fmt.Errorf("run: -optimize: %q is not off or on", o)
+		}
+	}
+	var out []string
+	for _, m := range modes {
+		base, opt := SplitMode(m)
+		if opt || base == "direct" {
+			out = append(out, m)
+			continue
+		}
+		if off {
+			out = append(out, m)
+		}
+		if on {
+			out = append(out, m+OptSuffix)
+		}
+	}
+	return out, nil
+}
 
 // Config is one testbed run: every page of Pages in every mode, under every
 // profile, Runs times. The zero value is not valid; start from Default.
@@ -119,8 +164,9 @@ func (c Config) Validate() error {
 	}
 	seen := map[string]bool{}
 	for _, m := range c.Modes {
-		if !slices.Contains(Modes, m) {
-			return fmt.Errorf("run: modes: %q is not one of %s", m, strings.Join(Modes, ", "))
+		base, opt := SplitMode(m)
+		if !slices.Contains(Modes, base) || opt && base == "direct" {
+			return fmt.Errorf("run: modes: %q is not one of %s, nor one of them but direct with %s", m, strings.Join(Modes, ", "), OptSuffix)
 		}
 		if seen[m] {
 			return fmt.Errorf("run: modes: %q given twice", m)

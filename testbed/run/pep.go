@@ -21,7 +21,9 @@ const (
 	PepdHTTPPort = 3129             // REDIRECT target for port 80 and VIP:80
 	PepdTLSPort  = 3443             // REDIRECT target for VIP:443 (SNI splice)
 	PepdDNSPort  = 5353             // REDIRECT target for port 53 (dns mode)
-	PepdAdmin    = "127.0.0.1:9090" // admin API: GET/PUT /mode
+	PepdAdmin    = "127.0.0.1:9090" // admin API: GET/PUT /mode, /optimize
+	// PepdOptimizer is pepd's optimizer (optimize.listen's default), Squid's parent.
+	PepdOptimizer = "127.0.0.1:3131"
 )
 
 // pep is pepd running in gw, switched between modes with pepctl.
@@ -65,12 +67,14 @@ listen:
   tls: ":%d"
   dns: ":%d"
   admin: "%s"
+optimize:
+  listen: "%s"
 dns:
   rewrite_domains: ["*"]
   origins: %s
 log:
   level: info
-`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, origins)
+`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, origins)
 }
 
 func startPEP(ctx context.Context, b *Bed, bin, origins string) (*pep, error) {
@@ -107,7 +111,10 @@ func (p *pep) getMode() (string, error) { return p.admin(http.MethodGet, "") }
 
 // admin sends one request to pepd's admin API /mode from inside gw and
 // returns the body of a 200 answer.
-func (p *pep) admin(method, body string) (string, error) {
+func (p *pep) admin(method, body string) (string, error) { return p.adminPath(method, "/mode", body) }
+
+// adminPath is admin for another path of the admin API.
+func (p *pep) adminPath(method, path, body string) (string, error) {
 	var conn net.Conn
 	err := topo.Do(p.b.Topo.Config.GWNS(), func() (err error) {
 		conn, err = net.DialTimeout("tcp4", PepdAdmin, time.Second)
@@ -119,7 +126,7 @@ func (p *pep) admin(method, body string) (string, error) {
 	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return conn, nil }}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 2 * time.Second}
-	req, err := http.NewRequest(method, "http://"+PepdAdmin+"/mode", strings.NewReader(body))
+	req, err := http.NewRequest(method, "http://"+PepdAdmin+path, strings.NewReader(body))
 	if err != nil {
 		return "", err
 	}
@@ -131,14 +138,18 @@ func (p *pep) admin(method, body string) (string, error) {
 	defer resp.Body.Close()
 	got, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s /mode: %s: %s", method, resp.Status, bytes.TrimSpace(got))
+		return "", fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(got))
 	}
 	return string(got), nil
 }
 
 // setMode switches pepd with `pepctl -admin ADDR mode M` run in gw (with
 // PUT /mode when pepctl is not built), and checks the answer of GET /mode.
-func (p *pep) setMode(ctx context.Context, m string) error {
+func (p *pep) setMode(ctx context.Context, tm string) error {
+	m, opt := SplitMode(tm)
+	if err := p.setOptimize(ctx, opt); err != nil {
+		return err
+	}
 	if p.pepctl == "" {
 		if _, err := p.admin(http.MethodPut, m); err != nil {
 			return fmt.Errorf("run: mode %s: %w", m, err)
@@ -155,6 +166,30 @@ func (p *pep) setMode(ctx context.Context, m string) error {
 	}
 	if !strings.Contains(got, m) {
 		return fmt.Errorf("run: pepctl mode %s: pepd says %q", m, strings.TrimSpace(got))
+	}
+	return nil
+}
+
+// setOptimize switches pepd's optimizer with `pepctl optimize on|off` in
+// gw (PUT /optimize without pepctl) and checks GET /optimize.
+func (p *pep) setOptimize(ctx context.Context, on bool) error {
+	v := "off"
+	if on {
+		v = "on"
+	}
+	if p.pepctl == "" {
+		if _, err := p.adminPath(http.MethodPut, "/optimize", v); err != nil {
+			return fmt.Errorf("run: optimize %s: %w", v, err)
+		}
+	} else {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", p.b.Topo.Config.GWNS(), p.pepctl, "-admin", PepdAdmin, "optimize", v).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("run: pepctl optimize %s: %w: %s", v, err, bytes.TrimSpace(out))
+		}
+	}
+	got, err := p.adminPath(http.MethodGet, "/optimize", "")
+	if err != nil || strings.TrimSpace(got) != v {
+		return fmt.Errorf("run: pepctl optimize %s: pepd says %q (%v)", v, strings.TrimSpace(got), err)
 	}
 	return nil
 }
@@ -193,7 +228,8 @@ func (b *Bed) SetMode(ctx context.Context, m string) error {
 	if NeedsPEP(m) && b.pep == nil {
 		return fmt.Errorf("run: mode %s needs pepd, which this bed did not start", m)
 	}
-	rules := Ruleset(b.Topo.Config, m)
+	base, _ := SplitMode(m)
+	rules := Ruleset(b.Topo.Config, base)
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", b.Topo.Config.GWNS(), "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -95,6 +95,7 @@ func newSquid(b *Bed) (*squid, error) {
 	}
 	c := httpproxy.DefaultSquidConf(b.Topo.Config.VIP)
 	c.Listen = SquidListen
+	c.Optimizer = PepdOptimizer // pepd's optimizer is Squid's parent; switched per mode (+opt)
 	c.Subscribers = []string{fmt.Sprintf("%s/%d", b.Topo.Config.MN, b.Topo.Config.RadioBits)}
 	c.Resolvers = []string{b.Topo.Config.Core.String()}
 	c.CacheDir = filepath.Join(s.dir, "cache")

@@ -1,0 +1,444 @@
+package httpproxy
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"pep/internal/mode"
+	"pep/internal/optimize"
+)
+
+// chromeImageAccept is what Chromium sends for an <img>.
+const chromeImageAccept = "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8"
+
+// optOrigin serves real files with http.ServeContent (ETag, If-None-Match,
+// Range, HEAD as a stock server does) and counts requests per path.
+type optOrigin struct {
+	port  string
+	mu    sync.Mutex
+	hits  map[string]int
+	inm   map[string]string // the last If-None-Match per path
+	files map[string]optFile
+}
+
+type optFile struct {
+	ctype, cc string
+	body      []byte
+}
+
+func startOptOrigin(t *testing.T, files map[string]optFile) *optOrigin {
+	t.Helper()
+	l, err := net.Listen("tcp", originIP+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &optOrigin{hits: map[string]int{}, inm: map[string]string{}, files: files}
+	_, o.port, _ = net.SplitHostPort(l.Addr().String())
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.mu.Lock()
+		o.hits[r.URL.Path]++
+		o.inm[r.URL.Path] = r.Header.Get("If-None-Match")
+		o.mu.Unlock()
+		f, ok := o.files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", f.ctype)
+		w.Header().Set("Cache-Control", f.cc)
+		w.Header().Set("ETag", fmt.Sprintf(`"%x"`, len(f.body)))
+		// Last-Modified as most origins send it: Squid 5 revalidates its
+		// own stale entries with If-Modified-Since only (If-None-Match
+		// only when the phone sent one).
+		http.ServeContent(w, r, "", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), bytes.NewReader(f.body))
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return o
+}
+
+func (o *optOrigin) count(path string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.hits[path]
+}
+
+// optWorld is pepd (dns mode: requests routed by Host), a real Squid
+// whose parent is a real optimizer, and an origin serving real images.
+type optWorld struct {
+	p      *pepd
+	sq     *squid
+	o      *optOrigin
+	pol    *optimize.Policy
+	reg    *prometheus.Registry
+	images map[string][]byte
+}
+
+func startOptWorld(t *testing.T) *optWorld {
+	records := map[string]string{"img.opt.test": originIP, "excluded.opt.test": originIP}
+	ns := startDNS(t, records)
+	read := func(n string) []byte {
+		b, err := os.ReadFile(filepath.Join("..", "optimize", "testdata", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	w := &optWorld{images: map[string][]byte{"photo.jpg": read("photo.jpg"), "corrupt.jpg": read("corrupt.jpg"),
+		"static.gif": read("static.gif"), "alpha.png": read("alpha.png")}}
+	css := []byte(strings.Repeat("body { margin: 0; padding: 0; font-family: sans-serif; }\n", 40))
+	files := map[string]optFile{
+		"/photo.jpg":    {"image/jpeg", "max-age=3600", w.images["photo.jpg"]},
+		"/again.jpg":    {"image/jpeg", "max-age=3600", w.images["photo.jpg"]},
+		"/corrupt.jpg":  {"image/jpeg", "max-age=3600", w.images["corrupt.jpg"]},
+		"/keep.jpg":     {"image/jpeg", "max-age=3600, no-transform", w.images["photo.jpg"]},
+		"/stale.png":    {"image/png", "max-age=0", w.images["alpha.png"]},
+		"/static.gif":   {"image/gif", "max-age=3600", w.images["static.gif"]},
+		"/many.gif":     {"image/gif", "max-age=3600", w.images["static.gif"]},
+		"/range.jpg":    {"image/jpeg", "max-age=3600", w.images["photo.jpg"]},
+		"/style.css":    {"text/css", "max-age=3600", css},
+		"/plain.css":    {"text/css", "max-age=3600", css},
+		"/excluded.jpg": {"image/jpeg", "max-age=3600", w.images["photo.jpg"]},
+	}
+	w.o = startOptOrigin(t, files)
+	var err error
+	w.reg = prometheus.NewRegistry()
+	om, err := optimize.NewMetrics(w.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &Resolver{Servers: []string{ns.Addr}, Timeout: time.Second}
+	osrv, err := optimize.New(optimize.Options{Image: optimize.DefaultImageOptions(), Lookup: res.Lookup, Metrics: om, Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ol, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: osrv}
+	go hs.Serve(ol)
+	t.Cleanup(func() { hs.Close() })
+
+	sc := DefaultSquidConf(testVIP)
+	sc.Subscribers = []string{"127.0.0.0/8"}
+	port := uint16(mustAtoi(t, w.o.port))
+	sc.AllowedPorts = []uint16{80, port}
+	sc.AllowDst = []string{originIP + "/32"}
+	sc.Resolvers = []string{ns.IP}
+	if ns.Addr != ns.IP+":53" {
+		sc.HostsFile = writeHosts(t, records)
+	}
+	sc.Optimizer = ol.Addr().String()
+	w.sq = startSquid(t, sc)
+	w.pol = &optimize.Policy{Switch: optimize.NewSwitch(true), Metrics: om}
+	sites := filepath.Join(t.TempDir(), "exclude.txt")
+	if err := os.WriteFile(sites, []byte("# an operator's list\nexcluded.opt.test\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := optimize.LoadSites(sites)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pol.SetSites(s)
+	w.p = startPepd(t, pepdOpts{squid: w.sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.DNS,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}, optimize: w.pol})
+	return w
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// metric sums the samples of family name whose labels include want.
+func (w *optWorld) metric(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for k, v := range want {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			if m.Counter != nil {
+				sum += m.Counter.GetValue()
+			} else if m.Histogram != nil {
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+// fetch sends one request through pepd with the given headers.
+func (w *optWorld) fetch(t *testing.T, method, host, path string, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+host+":"+w.o.port+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := w.p.client("127.0.0.9").Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// TestOptimizerThroughSquid runs the optimizer as Squid's parent behind
+// pepd and checks the acceptance points of issue 11 end to end, against a
+// real Squid and real image files.
+func TestOptimizerThroughSquid(t *testing.T) {
+	w := startOptWorld(t)
+	img := map[string]string{"Accept": chromeImageAccept}
+	transforms := func() float64 { return w.metric(t, "pep_optimize_transforms_total", nil) }
+
+	t.Run("webp, then a Squid hit without a transcode", func(t *testing.T) {
+		resp, b := w.fetch(t, "GET", "img.opt.test", "/photo.jpg", img)
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != optimize.TypeWebP || optimize.Sniff(b) != "" {
+			t.Fatalf("%s %q, %d bytes: not a WebP", resp.Status, resp.Header.Get("Content-Type"), len(b))
+		}
+		if !bytes.HasPrefix(b, []byte("RIFF")) || len(b) >= len(w.images["photo.jpg"])*9/10 {
+			t.Fatalf("%d bytes from %d", len(b), len(w.images["photo.jpg"]))
+		}
+		if v := resp.Header.Get("Vary"); v != "Accept" {
+			t.Errorf("Vary %q at the subscriber, want Accept (the mark is Squid's business)", v)
+		}
+		if et := resp.Header.Get("ETag"); !strings.HasPrefix(et, `W/"`) || !strings.Contains(et, ".pep-webp") {
+			t.Errorf("ETag %q, want a weak variant tag", et)
+		}
+		for _, h := range []string{"Via", "X-Cache", "X-Cache-Lookup", optimize.TransformHeader} {
+			if v := resp.Header.Get(h); v != "" {
+				t.Errorf("%s: %q crossed the radio link", h, v)
+			}
+		}
+		before := transforms()
+		resp2, b2 := w.fetch(t, "GET", "img.opt.test", "/photo.jpg", img)
+		if !bytes.Equal(b, b2) || resp2.Header.Get("Content-Type") != optimize.TypeWebP {
+			t.Fatal("second response differs")
+		}
+		if got := transforms(); got != before {
+			t.Errorf("transforms %v -> %v: the second request was transcoded again", before, got)
+		}
+		if got := w.o.count("/photo.jpg"); got != 1 {
+			t.Errorf("origin saw %d requests, want 1", got)
+		}
+		if hits := w.metric(t, "pep_optimize_served_total", map[string]string{"cache": "hit"}); hits < 1 {
+			t.Errorf("served hits %v, want >= 1", hits)
+		}
+	})
+
+	t.Run("Accept without webp gets the original", func(t *testing.T) {
+		_, b := w.fetch(t, "GET", "img.opt.test", "/photo.jpg", map[string]string{"Accept": "image/png,image/*;q=0.8"})
+		if !bytes.Equal(b, w.images["photo.jpg"]) {
+			t.Fatalf("%d bytes, want the original's %d", len(b), len(w.images["photo.jpg"]))
+		}
+	})
+
+	t.Run("no-transform in the response", func(t *testing.T) {
+		resp, b := w.fetch(t, "GET", "img.opt.test", "/keep.jpg", img)
+		if !bytes.Equal(b, w.images["photo.jpg"]) || resp.Header.Get("Content-Type") != "image/jpeg" {
+			t.Fatal("transformed despite no-transform")
+		}
+	})
+
+	t.Run("no-transform in the request", func(t *testing.T) {
+		_, b := w.fetch(t, "GET", "img.opt.test", "/static.gif", map[string]string{"Accept": chromeImageAccept, "Cache-Control": "no-transform"})
+		if !bytes.Equal(b, w.images["static.gif"]) {
+			t.Fatal("transformed despite the request's no-transform")
+		}
+		// The same object without it is transformed.
+		resp, _ := w.fetch(t, "GET", "img.opt.test", "/static.gif", img)
+		if resp.Header.Get("Content-Type") != optimize.TypeWebP {
+			t.Fatalf("then without no-transform: %q", resp.Header.Get("Content-Type"))
+		}
+	})
+
+	t.Run("Range gets the untransformed bytes", func(t *testing.T) {
+		w.fetch(t, "GET", "img.opt.test", "/range.jpg", img) // the WebP variant is cached
+		resp, b := w.fetch(t, "GET", "img.opt.test", "/range.jpg", map[string]string{"Accept": chromeImageAccept, "Range": "bytes=0-99"})
+		want := w.images["photo.jpg"][:100]
+		if resp.StatusCode == http.StatusPartialContent && !bytes.Equal(b, want) {
+			t.Fatalf("206 of other bytes than the original's")
+		}
+		if resp.StatusCode == 200 && !bytes.Equal(b, w.images["photo.jpg"]) {
+			t.Fatalf("200 to a Range request with other bytes than the original")
+		}
+	})
+
+	t.Run("HEAD", func(t *testing.T) {
+		resp, b := w.fetch(t, "HEAD", "img.opt.test", "/photo.jpg", img)
+		if resp.StatusCode != 200 || len(b) != 0 {
+			t.Fatalf("%s, %d body bytes", resp.Status, len(b))
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != optimize.TypeWebP && ct != "image/jpeg" {
+			t.Errorf("Content-Type %q", ct)
+		}
+	})
+
+	t.Run("304 revalidation of a transformed object", func(t *testing.T) {
+		// The phone revalidates its copy: the variant's ETag is Squid's.
+		resp, _ := w.fetch(t, "GET", "img.opt.test", "/photo.jpg", img)
+		et := resp.Header.Get("ETag")
+		resp1, b1 := w.fetch(t, "GET", "img.opt.test", "/photo.jpg", map[string]string{"Accept": chromeImageAccept, "If-None-Match": et})
+		if resp1.StatusCode != http.StatusNotModified || len(b1) != 0 {
+			t.Fatalf("If-None-Match %s: %s, want 304", et, resp1.Status)
+		}
+		// Squid revalidates a stale variant (max-age=0) with the origin
+		// through the optimizer, which maps the variant's ETag back to the
+		// origin's and the origin's 304 forth again.
+		resp, b := w.fetch(t, "GET", "img.opt.test", "/stale.png", img)
+		et = resp.Header.Get("ETag")
+		if resp.Header.Get("Content-Type") != optimize.TypeWebP || et == "" {
+			t.Fatalf("first: %q, ETag %q", resp.Header.Get("Content-Type"), et)
+		}
+		before := transforms()
+		for _, hdr := range []map[string]string{img, {"Accept": chromeImageAccept, "If-None-Match": et}} {
+			resp2, b2 := w.fetch(t, "GET", "img.opt.test", "/stale.png", hdr)
+			switch {
+			case resp2.StatusCode == 200 && bytes.Equal(b2, b) && resp2.Header.Get("ETag") == et &&
+				resp2.Header.Get("Vary") == "Accept" && resp2.Header.Get("Content-Type") == optimize.TypeWebP:
+			case resp2.StatusCode == http.StatusNotModified && hdr["If-None-Match"] != "":
+			default:
+				t.Fatalf("after revalidation: %s, ETag %q (want %q), same body %v", resp2.Status, resp2.Header.Get("ETag"), et, bytes.Equal(b2, b))
+			}
+		}
+		if got := w.o.count("/stale.png"); got != 3 {
+			t.Errorf("origin saw %d requests, want 3 (Squid revalidates max-age=0)", got)
+		}
+		w.o.mu.Lock()
+		inm := w.o.inm["/stale.png"]
+		w.o.mu.Unlock()
+		if strings.Contains(inm, ".pep-") || inm == "" {
+			t.Errorf("origin got If-None-Match %q, want its own tag", inm)
+		}
+		if got := transforms(); got != before {
+			t.Errorf("a revalidated object was transcoded again (%v -> %v)", before, got)
+		}
+		unmodified := 0
+		for _, l := range w.sq.accessLog(t) {
+			if strings.Contains(l, "TCP_REFRESH_UNMODIFIED") && strings.Contains(l, "/stale.png") {
+				unmodified++
+			}
+		}
+		if unmodified != 2 {
+			t.Errorf("%d TCP_REFRESH_UNMODIFIED in access.log, want 2", unmodified)
+		}
+	})
+
+	t.Run("corrupt image passes byte for byte", func(t *testing.T) {
+		before := w.metric(t, "pep_optimize_skipped_total", map[string]string{"reason": optimize.SkipUndecodable})
+		_, b := w.fetch(t, "GET", "img.opt.test", "/corrupt.jpg", img)
+		if !bytes.Equal(b, w.images["corrupt.jpg"]) {
+			t.Fatal("corrupt image changed")
+		}
+		if got := w.metric(t, "pep_optimize_skipped_total", map[string]string{"reason": optimize.SkipUndecodable}); got != before+1 {
+			t.Errorf("undecodable skips %v -> %v", before, got)
+		}
+	})
+
+	t.Run("excluded site", func(t *testing.T) {
+		_, b := w.fetch(t, "GET", "excluded.opt.test", "/excluded.jpg", img)
+		if !bytes.Equal(b, w.images["photo.jpg"]) {
+			t.Fatal("an excluded site's image was transformed")
+		}
+	})
+
+	t.Run("gzip of text with and without Accept-Encoding", func(t *testing.T) {
+		// Go's Transport would ask for gzip itself and hide the encoding:
+		// the header set explicitly keeps the body as sent.
+		resp, b := w.fetch(t, "GET", "img.opt.test", "/style.css", map[string]string{"Accept-Encoding": "gzip, deflate, br"})
+		if resp.Header.Get("Content-Encoding") != "gzip" || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+			t.Fatalf("Content-Encoding %q, body % x...", resp.Header.Get("Content-Encoding"), b[:4])
+		}
+		if v := resp.Header.Get("Vary"); v != "Accept-Encoding" {
+			t.Errorf("Vary %q", v)
+		}
+		resp2, b2 := w.fetch(t, "GET", "img.opt.test", "/plain.css", map[string]string{"Accept-Encoding": "identity"})
+		if resp2.Header.Get("Content-Encoding") != "" || !bytes.HasPrefix(b2, []byte("body {")) {
+			t.Fatalf("without gzip in Accept-Encoding: %q", resp2.Header.Get("Content-Encoding"))
+		}
+	})
+
+	t.Run("concurrent requests transcode once", func(t *testing.T) {
+		before := w.metric(t, "pep_optimize_transform_seconds", map[string]string{"transform": "webp"})
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, _ := w.fetch(t, "GET", "img.opt.test", "/many.gif", img)
+				if resp.Header.Get("Content-Type") != optimize.TypeWebP {
+					t.Errorf("%q", resp.Header.Get("Content-Type"))
+				}
+			}()
+		}
+		wg.Wait()
+		if got := w.metric(t, "pep_optimize_transform_seconds", map[string]string{"transform": "webp"}) - before; got != 1 {
+			t.Errorf("10 concurrent requests ran %v transcodes, want 1 (origin saw %d)", got, w.o.count("/many.gif"))
+		}
+	})
+
+	t.Run("switched off: originals at once", func(t *testing.T) {
+		w.pol.Switch.Set(false)
+		defer w.pol.Switch.Set(true)
+		_, b := w.fetch(t, "GET", "img.opt.test", "/again.jpg", img)
+		if !bytes.Equal(b, w.images["photo.jpg"]) {
+			t.Fatal("off, yet transformed")
+		}
+		_, b = w.fetch(t, "GET", "img.opt.test", "/photo.jpg", img) // a WebP variant is cached
+		if !bytes.Equal(b, w.images["photo.jpg"]) {
+			t.Fatal("off, yet the cached WebP variant was served")
+		}
+	})
+
+	t.Run("header diet counted", func(t *testing.T) {
+		var m dto.Metric
+		if err := w.p.M.dietBytes.(prometheus.Metric).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		n, sum := m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+		if n == 0 || sum/float64(n) < 40 {
+			t.Fatalf("%d responses, %v header bytes removed: Squid's Via and X-Cache lines alone are more", n, sum)
+		}
+		t.Logf("header diet: %.0f bytes per response from Squid", sum/float64(n))
+	})
+}

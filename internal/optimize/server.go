@@ -1,0 +1,468 @@
+package optimize
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// MarkHeader is the request header pepd adds when a request may be
+// optimized (the switch is on, the site is not excluded, the request is a
+// GET or HEAD without Range or no-transform: Wanted). The optimizer
+// transforms only marked requests, names the header in Vary with Accept
+// or Accept-Encoding, and removes it before the origin: Squid keeps the
+// transformed and the original variant apart (RFC 9111 §4.1), so
+// switching the optimizer off serves originals at once.
+const MarkHeader = "Pep-Optimize"
+
+// TransformHeader names the transform a response went through ("webp",
+// "gzip"); the optimizer sets it and Squid stores it with the variant, so
+// that pepd can count cache hits on transformed variants. pepd removes it
+// before the radio link (header diet).
+const TransformHeader = "Pep-Transform"
+
+// etagSuffix marks a transformed variant's validator: W/"<origin
+// opaque-tag>.pep-<transform>" (RFC 9110 §8.8.3: a new representation,
+// weak since its bytes follow the encoder's version).
+const etagSuffix = ".pep-"
+
+// Options configure a Server.
+type Options struct {
+	// Image are the image transform's settings.
+	Image ImageOptions
+	// MaxBodyBytes bounds a body the optimizer buffers to transform;
+	// larger bodies stream through untouched (SkipTooLarge). Zero: 8 MiB.
+	MaxBodyBytes int64
+	// Workers is how many transforms run at once (zero: GOMAXPROCS).
+	Workers int
+	// Queue bounds the transforms waiting for a worker (zero: 4*Workers);
+	// beyond it a body passes untouched (SkipOverload).
+	Queue int
+	// Deadline bounds the wait for a worker (zero: 200ms): a response
+	// is never held longer than this for a transform (SkipOverload).
+	Deadline time.Duration
+	// Lookup resolves an origin's host name (the carrier resolvers, never
+	// pepd's rewriter). Required.
+	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Control is applied to every origin socket before connect (pepd's
+	// guard: not an open proxy, no internal destinations). Nil: none.
+	Control func(network, address string, c syscall.RawConn) error
+	// UpstreamTimeout bounds an origin's response head (zero: 60s).
+	UpstreamTimeout time.Duration
+	// Metrics records what the optimizer does; nil records nothing.
+	Metrics *Metrics
+	// Log; nil discards.
+	Log *slog.Logger
+}
+
+// Server is the optimizer: an HTTP forward proxy that Squid uses as its
+// parent (configs/squid.conf cache_peer pep_optimizer), so that what it
+// returns, transformed or not, is what Squid stores; a transform runs once
+// per object and variant, and later requests are Squid hits. It serves
+// absolute-form requests only (from Squid).
+type Server struct {
+	o      Options
+	rp     *httputil.ReverseProxy
+	slots  chan struct{} // one per running transform
+	queued chan struct{} // one per waiting transform
+	flight singleflight.Group
+}
+
+// New returns a Server for o.
+func New(o Options) (*Server, error) {
+	if o.Lookup == nil {
+		return nil, errors.New("optimize: Options.Lookup is required")
+	}
+	if o.Image.Quality < 1 || o.Image.Quality > 100 {
+		return nil, fmt.Errorf("optimize: quality %d outside 1-100", o.Image.Quality)
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 8 << 20
+	}
+	if o.Workers <= 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.Queue <= 0 {
+		o.Queue = 4 * o.Workers
+	}
+	if o.Deadline <= 0 {
+		o.Deadline = 200 * time.Millisecond
+	}
+	if o.UpstreamTimeout <= 0 {
+		o.UpstreamTimeout = 60 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{o: o, slots: make(chan struct{}, o.Workers), queued: make(chan struct{}, o.Queue)}
+	tr := &http.Transport{
+		DialContext:           s.dial,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       60 * time.Second,
+		ResponseHeaderTimeout: o.UpstreamTimeout,
+		DisableCompression:    true, // the origin's encoding passes as it is
+	}
+	s.rp = &httputil.ReverseProxy{
+		Rewrite:        s.rewrite,
+		Transport:      tr,
+		ModifyResponse: s.modify,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			o.Log.Debug("optimize: origin failed", "url", r.URL.String(), "err", err)
+			http.Error(w, "origin failed", http.StatusBadGateway)
+		},
+		ErrorLog: slog.NewLogLogger(o.Log.Handler(), slog.LevelDebug),
+	}
+	return s, nil
+}
+
+// dial connects to an origin: the host resolved by Options.Lookup, each
+// address tried in turn with Options.Control applied.
+func (s *Server) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := s.o.Lookup(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	d := &net.Dialer{Timeout: 10 * time.Second, Control: s.o.Control}
+	var first error
+	for _, a := range addrs {
+		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(a.String(), port))
+		if err == nil {
+			return c, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	if first == nil {
+		first = fmt.Errorf("optimize: %s has no address", host)
+	}
+	return nil, first
+}
+
+type ctxKey struct{}
+
+// reqState is what rewrite learns of a request for modify.
+type reqState struct {
+	marked bool // MarkHeader was set: transforms allowed
+	// revalidated is the transform named by If-None-Match's tags (they
+	// were ours, mapped back to the origin's): a 304 maps its ETag again.
+	revalidated string
+}
+
+// ServeHTTP serves one absolute-form request from Squid.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
+		http.Error(w, "optimize: absolute http:// request-target required", http.StatusBadRequest)
+		return
+	}
+	st := &reqState{marked: r.Header.Get(MarkHeader) != ""}
+	r.Header.Del(MarkHeader)
+	if inm := r.Header.Get("If-None-Match"); strings.Contains(inm, etagSuffix) {
+		r.Header.Set("If-None-Match", originTags(inm, &st.revalidated))
+	}
+	s.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, st)))
+}
+
+// rewrite sends the request to the origin it names, as a cache would.
+func (s *Server) rewrite(pr *httputil.ProxyRequest) {
+	pr.Out.URL = pr.In.URL
+	pr.Out.Host = pr.In.Host
+}
+
+// originTags maps If-None-Match's transformed tags back to the origin's
+// (W/"abc.pep-webp" to W/"abc": If-None-Match compares weakly, RFC 9110
+// §13.1.2) and reports the transform in *transform.
+func originTags(inm string, transform *string) string {
+	parts := strings.Split(inm, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if j := strings.LastIndex(p, etagSuffix); j > 0 && strings.HasSuffix(p, `"`) {
+			*transform = p[j+len(etagSuffix) : len(p)-1]
+			p = p[:j] + `"`
+			if !strings.HasPrefix(p, "W/") {
+				p = "W/" + p
+			}
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ", ")
+}
+
+// variantETag is the ETag of the transform t of a response whose ETag
+// is etag ("" when it has none).
+func variantETag(etag, t string) string {
+	if etag == "" || !strings.HasSuffix(etag, `"`) {
+		return ""
+	}
+	etag = strings.TrimPrefix(etag, "W/")
+	return "W/" + etag[:len(etag)-1] + etagSuffix + t + `"`
+}
+
+// kindOf returns "image" or "text" for a response the optimizer could
+// transform for some request, "" for the others: 200, no Content-Range,
+// no no-transform, a JPEG/PNG/GIF, or a text type without content coding.
+func kindOf(resp *http.Response) (kind, reason string) {
+	if resp.StatusCode != http.StatusOK {
+		return "", ""
+	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	switch {
+	case mt == TypeJPEG || mt == TypePNG || mt == TypeGIF:
+		kind = "image"
+	case IsText(mt):
+		kind = "text"
+	default:
+		return "", ""
+	}
+	if hasToken(resp.Header.Values("Cache-Control"), "no-transform") {
+		return "", SkipNoTransform
+	}
+	if resp.Header.Get("Content-Range") != "" {
+		return "", SkipRange
+	}
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return "", SkipEncoded
+	}
+	return kind, ""
+}
+
+// modify transforms a marked request's response where it can (Image,
+// Gzip) and marks every response whose bytes depend on the request in
+// Vary; anything it cannot handle passes byte for byte.
+func (s *Server) modify(resp *http.Response) error {
+	st, _ := resp.Request.Context().Value(ctxKey{}).(*reqState)
+	if st == nil {
+		return nil
+	}
+	if resp.StatusCode == http.StatusNotModified && (st.marked || st.revalidated != "") {
+		// A 304 updates the headers Squid stored (RFC 9111 §4.3.4), and
+		// the stored response may be a variant: the origin's ETag,
+		// Content-Type, Content-Encoding or Vary must not overwrite the
+		// variant's. With If-None-Match naming a variant tag the ETag is
+		// mapped to it; otherwise (Squid revalidates with If-Modified-Since)
+		// the stored ETag stays.
+		et := resp.Header.Get("ETag")
+		for _, h := range []string{"ETag", "Content-Type", "Content-Encoding", "Content-Length", "Vary", "Content-MD5", "Digest"} {
+			resp.Header.Del(h)
+		}
+		if et != "" && st.revalidated != "" {
+			resp.Header.Set("ETag", variantETag(et, st.revalidated))
+		}
+		return nil
+	}
+	kind, reason := kindOf(resp)
+	if kind == "" {
+		if reason != "" && st.marked {
+			s.o.Metrics.skip(reason)
+		}
+		return nil
+	}
+	req := resp.Request
+	if kind == "image" {
+		addVary(resp.Header, "Accept", MarkHeader)
+	} else {
+		addVary(resp.Header, "Accept-Encoding", MarkHeader)
+	}
+	if !st.marked || req.Method != http.MethodGet {
+		return nil
+	}
+	if req.Header.Get("Range") != "" {
+		s.o.Metrics.skip(SkipRange)
+		return nil
+	}
+	if hasToken(req.Header.Values("Cache-Control"), "no-transform") {
+		s.o.Metrics.skip(SkipNoTransform)
+		return nil
+	}
+	if kind == "image" && !accepts(req.Header.Values("Accept"), TypeWebP) ||
+		kind == "text" && !accepts(req.Header.Values("Accept-Encoding"), "gzip") {
+		s.o.Metrics.skip(SkipNoAccept)
+		return nil
+	}
+	body, whole, err := readUpTo(resp.Body, s.o.MaxBodyBytes)
+	if err != nil {
+		// The origin failed mid-body: pass on what came and the failure.
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), errReader{err}), resp.Body}
+		return nil
+	}
+	if !whole {
+		s.o.Metrics.skip(SkipTooLarge)
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+		return nil
+	}
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	out, ctype, t, skip := s.transform(kind, mt, body)
+	if skip != "" {
+		s.o.Metrics.skip(skip)
+		return nil
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(out))
+	resp.ContentLength = int64(len(out))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	if ctype != "" {
+		resp.Header.Set("Content-Type", ctype)
+	}
+	if t == "gzip" {
+		resp.Header.Set("Content-Encoding", "gzip")
+	}
+	if et := variantETag(resp.Header.Get("ETag"), t); et != "" {
+		resp.Header.Set("ETag", et)
+	} else {
+		resp.Header.Del("ETag")
+	}
+	resp.Header.Del("Content-MD5")
+	resp.Header.Del("Digest")
+	resp.Header.Set(TransformHeader, t)
+	return nil
+}
+
+// transformResult is what one (shared) transform returns.
+type transformResult struct {
+	out   []byte
+	ctype string
+	skip  string
+}
+
+// transform runs the transform for kind on body in a worker slot, waiting
+// at most Options.Deadline for one; identical concurrent bodies are
+// transformed once (singleflight on their SHA-256).
+func (s *Server) transform(kind, mt string, body []byte) (out []byte, ctype, t, skip string) {
+	t = "gzip"
+	if kind == "image" {
+		t = "webp"
+	}
+	sum := sha256.Sum256(body)
+	key := t + string(sum[:])
+	v, _, _ := s.flight.Do(key, func() (any, error) {
+		select {
+		case s.queued <- struct{}{}:
+		default:
+			return transformResult{skip: SkipOverload}, nil
+		}
+		s.o.Metrics.queueDepth(1)
+		timer := time.NewTimer(s.o.Deadline)
+		defer timer.Stop()
+		select {
+		case s.slots <- struct{}{}:
+			<-s.queued
+			s.o.Metrics.queueDepth(-1)
+		case <-timer.C:
+			<-s.queued
+			s.o.Metrics.queueDepth(-1)
+			return transformResult{skip: SkipOverload}, nil
+		}
+		defer func() { <-s.slots }()
+		start := time.Now()
+		var r transformResult
+		if kind == "image" {
+			res := Image(body, s.o.Image)
+			r = transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
+		} else {
+			r.out, r.skip = Gzip(body, s.o.Image.MinSaving)
+		}
+		s.o.Metrics.done(t, mt, time.Since(start), len(body), len(r.out), r.skip == "")
+		return r, nil
+	})
+	r := v.(transformResult)
+	if r.skip != "" {
+		return nil, "", t, r.skip
+	}
+	return r.out, r.ctype, t, ""
+}
+
+// readUpTo reads r to its end if that is at most max bytes (whole); else
+// it returns the max+1 bytes read so far.
+func readUpTo(r io.Reader, max int64) (b []byte, whole bool, err error) {
+	b, err = io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return b, false, err
+	}
+	return b, int64(len(b)) <= max, nil
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// addVary adds names to h's Vary unless it names them (or "*") already.
+func addVary(h http.Header, names ...string) {
+	vs := h.Values("Vary")
+	for _, n := range names {
+		if !hasToken(vs, n) && !hasToken(vs, "*") {
+			vs = append(vs, n)
+		}
+	}
+	if len(vs) > 0 {
+		h["Vary"] = []string{strings.Join(vs, ", ")}
+	}
+}
+
+// hasToken reports whether a comma-separated list header's values name
+// token (case-insensitive; parameters after '=' or ';' ignored).
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for _, t := range strings.Split(v, ",") {
+			t = strings.TrimSpace(t)
+			if i := strings.IndexAny(t, "=;"); i >= 0 {
+				t = strings.TrimSpace(t[:i])
+			}
+			if strings.EqualFold(t, token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// accepts reports whether an Accept or Accept-Encoding field's values
+// accept v with a q-value above 0 (RFC 9110 §12.5.1, §12.5.3); "*/*" and
+// "image/*" do not count for image/webp (browsers that decode WebP name
+// it), "*" does not count for gzip.
+func accepts(values []string, v string) bool {
+	for _, f := range values {
+		for _, e := range strings.Split(f, ",") {
+			name, params, _ := strings.Cut(strings.TrimSpace(e), ";")
+			if !strings.EqualFold(strings.TrimSpace(name), v) {
+				continue
+			}
+			q := 1.0
+			for _, p := range strings.Split(params, ";") {
+				if k, val, ok := strings.Cut(strings.TrimSpace(p), "="); ok && strings.EqualFold(k, "q") {
+					if f, err := strconv.ParseFloat(val, 64); err == nil {
+						q = f
+					}
+				}
+			}
+			return q > 0
+		}
+	}
+	return false
+}
