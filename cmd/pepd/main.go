@@ -247,6 +247,8 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 		MaxHeaderBytes: int(cfg.HTTP.MaxHeaderBytes), ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
 		IdleTimeout: cfg.HTTP.IdleTimeout, MaxConns: cfg.HTTP.MaxConns,
 		WriteTimeout: cfg.HTTP.WriteTimeout, MaxConnsPerSubscriber: cfg.HTTP.MaxConnsPerSubscriber,
+		Radio: httpproxy.RadioOptions{Congestion: cfg.Radio.Congestion, NotsentLowat: int(cfg.Radio.NotsentLowat),
+			MaxPacingRate: int(cfg.Radio.MaxPacingRate)},
 	}, log, hm)
 	// Shutdown of the HTTP server closes its listeners and waits for the
 	// requests in flight, so it comes first.

@@ -86,6 +86,7 @@ func cmdRun(args []string) error {
 	fs.StringVar(&c.CCGW, "cc-gw", "cubic", "TCP congestion control of the gateway's namespace (pepd, Squid)")
 	fs.StringVar(&c.CCOrigin, "cc-origin", "cubic", "TCP congestion control of the origin's namespace (core)")
 	fs.StringVar(&c.DNSOrigins, "dns-origins", "", "pepd's dns.origins: keep (origins after the VIP) or drop (the VIP alone); default keep")
+	fs.StringVar(&c.PepdRadio, "pepd-radio", "", `pepd's radio.* socket options of subscriber connections as YAML entries, e.g. "congestion: bbr, notsent_lowat: 16384"`)
 	disableFeatures := fs.String("disable-features", "", "more Chromium features to turn off, comma-separated (e.g. HappyEyeballsV3)")
 	fs.DurationVar(&c.PageTimeout, "page-timeout", c.PageTimeout, "time limit of one page load")
 	fs.DurationVar(&c.Settle, "settle", c.Settle, "quiet network time after onload before the next page")

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 )
 
 // Limits are the subscriber-facing limits of a Server (config section
@@ -50,6 +51,63 @@ type Limits struct {
 	// 256 (Chromium opens at most 256 sockets per profile); negative means
 	// no bound.
 	MaxConnsPerSubscriber int
+	// Radio are socket options for every accepted subscriber connection
+	// (issue 11, "a short radio queue"); the zero value sets none.
+	Radio RadioOptions
+}
+
+// RadioOptions are TCP socket options of subscriber-facing connections,
+// set at accept (config radio.*). Each is kept only where the testbed
+// measured it to lower PLT or LCP (internal/httpproxy/README.md, "Radio
+// queue"); the zero value leaves the namespace's defaults.
+type RadioOptions struct {
+	// Congestion is TCP_CONGESTION (tcp(7)), e.g. "bbr" or "cubic"; it
+	// must be in net.ipv4.tcp_allowed_congestion_control.
+	Congestion string
+	// NotsentLowat is TCP_NOTSENT_LOWAT in bytes: at most this much
+	// unsent data waits in the socket, so pepd's writes block instead of
+	// queueing behind the radio link.
+	NotsentLowat int
+	// MaxPacingRate is SO_MAX_PACING_RATE in bytes per second (socket(7);
+	// TCP paces internally without the fq qdisc).
+	MaxPacingRate int
+}
+
+// apply sets o's options on c (a *net.TCPConn); the first error is
+// returned, the others are still tried.
+func (o RadioOptions) apply(c net.Conn) error {
+	if o == (RadioOptions{}) {
+		return nil
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var first error
+	keep := func(err error, what string) {
+		if err != nil && first == nil {
+			first = fmt.Errorf("httpproxy: radio %s: %w", what, err)
+		}
+	}
+	cerr := rc.Control(func(fd uintptr) {
+		if o.Congestion != "" {
+			keep(unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, o.Congestion), "congestion "+o.Congestion)
+		}
+		if o.NotsentLowat > 0 {
+			keep(unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, o.NotsentLowat), "notsent_lowat")
+		}
+		if o.MaxPacingRate > 0 {
+			keep(unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, o.MaxPacingRate), "max_pacing_rate")
+		}
+	})
+	if cerr != nil {
+		return cerr
+	}
+	return first
 }
 
 // Server serves a Proxy on one or more listeners (intercept.Listener for
@@ -72,6 +130,8 @@ type Server struct {
 	done   chan struct{}
 	once   sync.Once
 	log    *slog.Logger
+	// radioWarned: a radio socket option failed once (logged once).
+	radioWarned atomic.Bool
 
 	relayOff  bool // tests and benchmarks: serve every connection with net/http
 	hl        *handoffListener
@@ -346,6 +406,9 @@ func (l *listener) Accept() (net.Conn, error) {
 	nc := c
 	if u, ok := c.(interface{ NetConn() net.Conn }); ok {
 		nc = u.NetConn() // the original destination is read: the TCP connection itself from here on
+	}
+	if err := l.s.lim.Radio.apply(nc); err != nil && l.s.radioWarned.CompareAndSwap(false, true) {
+		l.s.log.Warn("radio socket options not applied (logged once)", "err", err)
 	}
 	cc.countConn = countConn{Conn: newRawConn(nc), in: l.s.m.clientIn, out: l.s.m.clientOut}
 	return cc, nil

@@ -105,6 +105,8 @@ type RunConfig struct {
 	DisableFeatures []string `json:"disable_features,omitempty"`
 	// DNSOrigins is pepd's dns.origins in the run ("" = keep).
 	DNSOrigins string `json:"dns_origins,omitempty"`
+	// PepdRadio is pepd's radio.* settings in the run ("" = none).
+	PepdRadio string `json:"pepd_radio,omitempty"`
 	// OriginCompress is the replay origin's content coding (auto, none,
 	// recorded; "" in results from before the option: none).
 	OriginCompress string `json:"origin_compress,omitempty"`

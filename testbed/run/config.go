@@ -100,6 +100,10 @@ type Config struct {
 	// default, keep): whether dns-mode answers keep the origin addresses
 	// after the VIP.
 	DNSOrigins string
+	// PepdRadio sets pepd's radio.* socket options (internal/httpproxy
+	// RadioOptions) as YAML flow mapping entries, e.g.
+	// "congestion: bbr, notsent_lowat: 16384"; "" sets none.
+	PepdRadio string
 	// OriginCompress is the replay origin's content coding
 	// (origin.Compress: auto, none or recorded; "" = auto).
 	OriginCompress string

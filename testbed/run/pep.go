@@ -51,7 +51,7 @@ func binDir(dir string) string {
 // addresses: mode off at start, Squid with the PROXY protocol, every name
 // rewritten in dns mode, the listeners above; origins is dns.origins ("":
 // pepd's default). It follows the keys of configs/pepd.yaml.
-func PepdConfig(c topo.Config, origins string) []byte {
+func PepdConfig(c topo.Config, origins, radio string) []byte {
 	if origins == "" {
 		origins = "keep"
 	}
@@ -69,15 +69,16 @@ listen:
   admin: "%s"
 optimize:
   listen: "%s"
+radio: {%s}
 dns:
   rewrite_domains: ["*"]
   origins: %s
 log:
   level: info
-`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, origins)
+`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, radio, origins)
 }
 
-func startPEP(ctx context.Context, b *Bed, bin, origins string) (*pep, error) {
+func startPEP(ctx context.Context, b *Bed, bin, origins, radio string) (*pep, error) {
 	dir := binDir(bin)
 	p := &pep{b: b, bin: filepath.Join(dir, "pepd"), pepctl: filepath.Join(dir, "pepctl")}
 	if _, err := os.Stat(p.bin); err != nil {
@@ -88,7 +89,7 @@ func startPEP(ctx context.Context, b *Bed, bin, origins string) (*pep, error) {
 		p.pepctl = ""
 	}
 	conf := filepath.Join(b.work, "pepd.yaml")
-	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config, origins), 0o644); err != nil {
+	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config, origins, radio), 0o644); err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	proc, err := b.Topo.Start("pepd", b.Topo.Config.GWNS(), filepath.Join(b.logs, "pepd.log"), p.bin, "-config", conf)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -94,7 +95,7 @@ func TestRuleset(t *testing.T) {
 // TestPepdConfigLoads checks that the configuration the runner gives pepd
 // is one pepd's own loader accepts, with the values the testbed needs.
 func TestPepdConfigLoads(t *testing.T) {
-	c, err := config.Parse("pepd.yaml", PepdConfig(fixedTopo(), "drop"))
+	c, err := config.Parse("pepd.yaml", PepdConfig(fixedTopo(), "drop", "congestion: bbr, notsent_lowat: 16384"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +111,9 @@ func TestPepdConfigLoads(t *testing.T) {
 		{"listen.admin", c.Listen.Admin, "127.0.0.1:9090"},
 		{"rewrite_domains", strings.Join(c.DNS.RewriteDomains, ","), "*"},
 		{"dns.origins", c.DNS.Origins, "drop"},
+		{"optimize.listen", c.Optimize.Listen, PepdOptimizer},
+		{"radio.congestion", c.Radio.Congestion, "bbr"},
+		{"radio.notsent_lowat", strconv.Itoa(int(c.Radio.NotsentLowat)), "16384"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s = %q, want %q", tc.name, tc.got, tc.want)
