@@ -147,13 +147,17 @@ backend be_tcp
 
 var wrkRequestsRE = regexp.MustCompile(`(\d+) requests in`)
 
-// runWrk runs wrk with a Lua script setting path and Host, and returns the
-// number of requests it completed.
-func runWrk(b *testing.B, target, path, host string, d time.Duration, conns int) int {
+// runWrk runs wrk with a Lua script setting path and Host (and the
+// header name/value pairs of hdr), and returns the number of requests it
+// completed.
+func runWrk(b *testing.B, target, path, host string, d time.Duration, conns int, hdr ...string) int {
 	script := filepath.Join(b.TempDir(), "req.lua")
 	lua := fmt.Sprintf("wrk.path = %q\n", path)
 	if host != "" {
 		lua += fmt.Sprintf("wrk.headers[\"Host\"] = %q\n", host)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		lua += fmt.Sprintf("wrk.headers[%q] = %q\n", hdr[i], hdr[i+1])
 	}
 	os.WriteFile(script, []byte(lua), 0o644)
 	out, err := exec.Command("wrk", "-t1", "-c"+strconv.Itoa(conns), "-d"+d.String(), "-s", script, "http://"+target+"/").CombinedOutput()

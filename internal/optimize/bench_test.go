@@ -1,0 +1,120 @@
+package optimize
+
+import (
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// benchFiles returns the default pages' real images (or text files) and
+// the test images: what the optimizer meets on the paper's pages.
+func benchFiles(b *testing.B, text bool) (names []string, bodies [][]byte) {
+	roots := []string{"../../testbed/corpus/default/site"}
+	if !text {
+		roots = append(roots, "testdata")
+	}
+	for _, root := range roots {
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return nil
+			}
+			body, err := os.ReadFile(p)
+			if err != nil {
+				return nil
+			}
+			ext := strings.ToLower(filepath.Ext(p))
+			isText := ext == ".html" || ext == ".css" || ext == ".js"
+			if text != isText || !text && Sniff(body) == "" || strings.Contains(p, "bomb") {
+				return nil
+			}
+			names = append(names, p)
+			bodies = append(bodies, body)
+			return nil
+		})
+	}
+	if len(names) == 0 {
+		b.Skip("no files")
+	}
+	return names, bodies
+}
+
+// BenchmarkTranscode is the image transform's throughput on one core
+// (GOMAXPROCS 1, one libvips thread) over the default pages' images, and
+// cwebp's (libwebp's command-line encoder, -q 75 -mt off, the same files
+// from disk, a process per image as a batch job would run it) in the same
+// run: input MB/s and images/s.
+//
+//	go test -run '^$' -bench Transcode -benchtime 5x ./internal/optimize/
+func BenchmarkTranscode(b *testing.B) {
+	names, bodies := benchFiles(b, false)
+	var total int64
+	for _, body := range bodies {
+		total += int64(len(body))
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	o := DefaultImageOptions()
+	b.Run("pepd", func(b *testing.B) {
+		b.SetBytes(total)
+		start := time.Now()
+		for b.Loop() {
+			for _, body := range bodies {
+				Image(body, o)
+			}
+		}
+		b.ReportMetric(float64(b.N*len(bodies))/time.Since(start).Seconds(), "images/s")
+	})
+	b.Run("cwebp", func(b *testing.B) {
+		if _, err := exec.LookPath("cwebp"); err != nil {
+			b.Skip("cwebp not installed (apt-get install -y webp)")
+		}
+		out := filepath.Join(b.TempDir(), "out.webp")
+		// cwebp reads JPEG and PNG; GIFs are gif2webp's and left out of
+		// both its bytes and its images.
+		var files []string
+		var bytes int64
+		for i, n := range names {
+			// cwebp cannot read CMYK JPEG nor the corrupt files: only
+			// what it encodes counts for it.
+			if Sniff(bodies[i]) != "gif" && exec.Command("cwebp", "-quiet", "-q", "75", n, "-o", out).Run() == nil {
+				files = append(files, n)
+				bytes += int64(len(bodies[i]))
+			}
+		}
+		b.SetBytes(bytes)
+		start := time.Now()
+		for b.Loop() {
+			for _, n := range files {
+				if err := exec.Command("cwebp", "-quiet", "-q", "75", "-metadata", "none", n, "-o", out).Run(); err != nil {
+					b.Fatalf("cwebp %s: %v", n, err)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.N*len(files))/time.Since(start).Seconds(), "images/s")
+	})
+}
+
+// BenchmarkGzip is the text transform's throughput on one core over the
+// default pages' HTML, CSS and JavaScript (input MB/s).
+func BenchmarkGzip(b *testing.B) {
+	_, bodies := benchFiles(b, true)
+	var total int64
+	for _, body := range bodies {
+		total += int64(len(body))
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	b.SetBytes(total)
+	var out int
+	for b.Loop() {
+		out = 0
+		for _, body := range bodies {
+			g, _ := Gzip(body, 0)
+			out += len(g)
+		}
+	}
+	b.ReportMetric(float64(out)/float64(total), "ratio")
+}
