@@ -1,6 +1,7 @@
 package splice
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,6 +40,11 @@ func (w tWriter) Write(p []byte) (int, error) {
 func setup(t *testing.T, allowLoopback bool) (spliceAddr string, origin *httptest.Server, s *Splicer) {
 	up := dnsmasqtest.Start(t, []string{"host-record=www.foo.com,127.0.0.1", "local=/foo.com/"})
 	origin = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/photo.jpg" { // a real JPEG (internal/optimize's test photo)
+			w.Header().Set("Content-Type", "image/jpeg")
+			w.Write(testPhoto(t))
+			return
+		}
 		io.WriteString(w, "origin says hello to "+r.Host)
 	}))
 	t.Cleanup(origin.Close)
@@ -109,6 +116,29 @@ func TestSpliceHTTPS(t *testing.T) {
 	if got := testutil.ToFloat64(s.m.splices); got != 3 {
 		t.Errorf("pep_splice_splices_total = %v, want 3", got)
 	}
+	// Nothing is transformed over the splice (issue 11): an image asked
+	// for with Accept: image/webp arrives as the origin's JPEG, byte for
+	// byte, whether or not pepd's optimizer is on (it never sees HTTPS).
+	req, _ := http.NewRequest("GET", "https://www.foo.com/photo.jpg", nil)
+	req.Header.Set("Accept", "image/avif,image/webp,image/apng,image/*,*/*;q=0.8")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	c.CloseIdleConnections()
+	if resp.Header.Get("Content-Type") != "image/jpeg" || !bytes.Equal(body, testPhoto(t)) {
+		t.Errorf("the image over the splice changed: %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
+	}
+}
+
+func testPhoto(t testing.TB) []byte {
+	b, err := os.ReadFile("../optimize/testdata/photo.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // isReset reports whether err is a connection reset by the peer.
