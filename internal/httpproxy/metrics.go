@@ -21,6 +21,7 @@ import (
 //	pep_http_timeouts_total{phase}                 connections closed by read_header_timeout or idle_timeout
 //	pep_http_host_mismatch_total{action}           intercepted requests whose Host did not resolve to the original destination
 //	pep_http_radio_header_bytes_removed            per response from Squid: header bytes the radio-side diet left out (Via, X-Cache, ...)
+//	pep_http_responses_truncated_total             responses cut short because Squid's body failed (the subscriber sees the close)
 type Metrics struct {
 	requests        *prometheus.CounterVec
 	refused         *prometheus.CounterVec
@@ -35,6 +36,7 @@ type Metrics struct {
 	timeouts        *prometheus.CounterVec
 	hostMismatch    *prometheus.CounterVec
 	dietBytes       prometheus.Histogram
+	truncated       prometheus.Counter
 
 	clientIn, clientOut     prometheus.Counter
 	upstreamIn, upstreamOut prometheus.Counter
@@ -77,6 +79,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Subscriber connections closed by a timeout, by phase (read_header, idle, write)."), []string{"phase"}),
 		hostMismatch: prometheus.NewCounterVec(opts("host_mismatch_total",
 			"Intercepted requests whose Host does not resolve to the original destination, by action (direct, refuse)."), []string{"action"}),
+		truncated: prometheus.NewCounter(opts("responses_truncated_total",
+			"Responses whose body from Squid failed before its end: the subscriber got the head and part of the body, then a close (a detectable truncation).")),
 		dietBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "pep", Subsystem: "http", Name: "radio_header_bytes_removed",
 			Help:    "Header bytes of one response from Squid that the radio-side diet left out (Via, X-Cache, X-Cache-Lookup, the optimizer's marks).",
 			Buckets: []float64{0, 32, 64, 96, 128, 160, 192, 256, 384}}),
@@ -90,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.refused, m.badRequests, m.clientBytes,
 			m.upstreamBytes, m.upstreamSeconds, m.upstreamConns, m.openConns, m.conns, m.limitWaits,
-			m.timeouts, m.hostMismatch, m.dietBytes} {
+			m.timeouts, m.hostMismatch, m.dietBytes, m.truncated} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

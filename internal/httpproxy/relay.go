@@ -608,6 +608,14 @@ func (rc *relayConn) relayRaw(hdr http.Header, body *bodyReader, closeClient boo
 	}
 	if err != nil {
 		rc.closeUpstream()
+		var cw clientWriteError
+		if !errors.As(err, &cw) {
+			// Squid's body failed (issue 12, D5): the subscriber gets the
+			// head and what came, then the close, a truncation it can
+			// detect (short of Content-Length, or no last chunk).
+			rc.c.Write(out)
+			rc.p.m.truncated.Inc()
+		}
 		return false
 	}
 	if _, err := rc.c.Write(out); err != nil {
@@ -645,13 +653,13 @@ func (rc *relayConn) copyBody(out []byte, n int64) ([]byte, error) {
 		b, _ := rc.ubr.Peek(k)
 		if len(out) > 0 && len(out)+k > flushBytes && len(out)+k > cap(out) {
 			if _, err := rc.c.Write(out); err != nil {
-				return out, err
+				return out, clientWriteError{err}
 			}
 			out = out[:0]
 		}
 		if len(out) == 0 && k >= flushBytes {
 			if _, err := rc.c.Write(b); err != nil {
-				return out, err
+				return out, clientWriteError{err}
 			}
 		} else {
 			out = append(out, b...)
@@ -719,6 +727,27 @@ func (rc *relayConn) copyChunked(out []byte) ([]byte, error) {
 }
 
 var errBadChunk = errors.New("httpproxy: malformed chunked body from upstream")
+
+// clientWriteError is a failed write to the subscriber while relaying a
+// body (the other errors of copyBody and copyChunked are Squid's).
+type clientWriteError struct{ error }
+
+func (e clientWriteError) Unwrap() error { return e.error }
+
+// readErrRecorder remembers the first read error of r (to tell a failed
+// upstream body from a failed write to the subscriber).
+type readErrRecorder struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErrRecorder) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
 
 // chunkSize parses a chunk-size line without its CRLF, extensions
 // ignored.
@@ -845,16 +874,18 @@ func (rc *relayConn) sendResponse(resp *http.Response, closeClient bool) bool {
 			cw = httputil.NewChunkedWriter(bw)
 			w = cw
 		}
-		var n int64
 		var err error
+		body := &readErrRecorder{r: resp.Body}
 		if resp.ContentLength >= 0 {
-			n, err = io.CopyN(w, resp.Body, resp.ContentLength)
+			_, err = io.CopyN(w, body, resp.ContentLength)
 		} else {
-			n, err = io.Copy(w, resp.Body)
+			_, err = io.Copy(w, body)
 		}
-		_ = n
 		if err != nil {
 			bw.Flush()
+			if body.err != nil || errors.Is(err, io.EOF) {
+				rc.p.m.truncated.Inc() // D5: the body from Squid ended early
+			}
 			return false
 		}
 		if chunked {

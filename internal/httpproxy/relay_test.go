@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -544,4 +545,47 @@ func TestRelayBodyInPieces(t *testing.T) {
 			t.Fatalf("read %d bytes, err %v: want the connection closed (not the deadline) before 51200 bytes", len(got), err)
 		}
 	})
+}
+
+// TestRelayTruncatedBody (issue 12, D5): Squid's body fails (the
+// connection closes) before its Content-Length or chunked end, early (a
+// few bytes, under the relay's first write) and late (past it). The
+// subscriber gets the head and what came, then a close: a truncation it
+// can detect (Go's client reports unexpected EOF); the relay counts the
+// response as truncated.
+func TestRelayTruncatedBody(t *testing.T) {
+	big := strings.Repeat("x", 100<<10)
+	for _, tc := range []struct{ name, raw string }{
+		{"content-length, early", "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 1000\r\n\r\n" + "0123456789"},
+		{"content-length, late", "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: 200000\r\n\r\n" + big},
+		{"chunked, early", "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"},
+		{"url mode html, early", "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1000\r\n\r\n<html><img src=\"http://a.test/x.png\">"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			md := mode.Off
+			if strings.HasPrefix(tc.name, "url") {
+				md = mode.URL
+			}
+			p, _ := relayWorld(t, md, true, func(*http.Request) scriptedAnswer { return scriptedAnswer{raw: tc.raw, close: true} })
+			before := testutilValue(p.M.truncated)
+			c, err := net.Dial("tcp", p.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			io.WriteString(c, "GET /img.cdn.test/a.png HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no response head: %v", err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 || !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("%s, %d body bytes, read error %v: want 200 and a detectable truncation", resp.Status, len(body), err)
+			}
+			if got := testutilValue(p.M.truncated) - before; got != 1 {
+				t.Errorf("pep_http_responses_truncated_total +%v, want +1", got)
+			}
+		})
+	}
 }
