@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,7 @@ func TestSmoke(t *testing.T) {
 	c.Corpus = corpus
 	c.Pages = smokePages
 	c.Profiles = []string{"fast"}
+	c.Modes = append(slices.Clone(run.Modes), "url"+run.OptSuffix) // and pepd's optimizer
 	c.Runs = 1
 	c.Out = t.TempDir()
 	c.Bin = buildCommands(t)
@@ -109,7 +111,7 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	pages := len(strings.Split(smokePages, ","))
-	for _, m := range run.Modes {
+	for _, m := range c.Modes {
 		if len(byMode[m]) != pages {
 			t.Fatalf("%s: %d records, want %d", m, len(byMode[m]), pages)
 		}
@@ -129,6 +131,18 @@ func TestSmoke(t *testing.T) {
 	if synURL >= synDirect {
 		t.Errorf("url mode: %d SYNs over the pages, direct %d: want fewer", synURL, synDirect)
 	}
+	// The optimizer on (url+opt) sends fewer bytes over the radio link
+	// than url mode alone: the pages' JPEG, PNG and GIF images as WebP.
+	var radioURL, radioOpt int64
+	for i, u := range byMode["url"] {
+		o := byMode["url"+run.OptSuffix][i]
+		radioURL += u.LinkDnBytes + u.LinkUpBytes
+		radioOpt += o.LinkDnBytes + o.LinkUpBytes
+	}
+	if radioOpt >= radioURL {
+		t.Errorf("url+opt: %d bytes over the radio link, url %d: want fewer", radioOpt, radioURL)
+	}
+	t.Logf("radio bytes: url %d, url+opt %d (%.0f %%)", radioURL, radioOpt, 100*float64(radioOpt)/float64(radioURL))
 	for _, r := range byMode["dns"] {
 		if r.VIPConns == 0 || r.OriginConns > 0 {
 			t.Errorf("dns %s: %d connections to the VIP, %d to origins (%v): want all to the VIP", r.Page, r.VIPConns, r.OriginConns, r.ConnsByDst)

@@ -4,6 +4,8 @@
 #            .tar.gz or folder, a .warc[.gz] or a folder of them
 #   PROFILE  netem profiles, comma-separated (default: the paper's two cells)
 #   MODES    direct,off,dns,url
+#   OPTIMIZE off,on: every mode but direct also with pepd's optimizer on
+#            (url+opt, ...); "off" for the paper's four modes only
 #   RUNS     runs per mode (a fresh browser, a cold Squid each)
 #   PAGES    "" (all), N (the first N) or a comma-separated list of names
 #   OUT      output folder (results.json, report.md, plots, logs)
@@ -13,6 +15,7 @@
 CORPUS        ?= default
 PROFILE       ?= paper-average,paper-congested
 MODES         ?= direct,off,dns,url
+OPTIMIZE      ?= off,on
 RUNS          ?= 3
 PAGES         ?=
 OUT           ?= testbed-out
@@ -21,7 +24,7 @@ TESTBED_FLAGS ?= -parallel 6
 .PHONY: testbed testbed-report testbed-smoke testbed-clean
 
 testbed: deps build ## run the paper's experiment (CORPUS= PROFILE= MODES= RUNS= PAGES= OUT=), print OUT/report.md
-	$(BIN)/testbed run -corpus '$(CORPUS)' -profile '$(PROFILE)' -modes '$(MODES)' -runs $(RUNS) \
+	$(BIN)/testbed run -corpus '$(CORPUS)' -profile '$(PROFILE)' -modes '$(MODES)' -optimize '$(OPTIMIZE)' -runs $(RUNS) \
 	  -pages '$(PAGES)' -out '$(OUT)' $(TESTBED_FLAGS)
 
 testbed-report: build ## regenerate OUT/report.md and the plots from OUT/results.json
