@@ -54,6 +54,8 @@ func main() {
 		err = cmdImport(os.Args[2:], os.Stdout)
 	case "clean":
 		err = cmdClean()
+	case "quality":
+		err = cmdQuality(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return
