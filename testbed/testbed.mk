@@ -21,7 +21,7 @@ PAGES         ?=
 OUT           ?= testbed-out
 TESTBED_FLAGS ?= -parallel 6
 
-.PHONY: testbed testbed-report testbed-smoke testbed-clean
+.PHONY: testbed testbed-report testbed-smoke testbed-clean optimize-quality
 
 testbed: deps build ## run the paper's experiment (CORPUS= PROFILE= MODES= RUNS= PAGES= OUT=), print OUT/report.md
 	$(BIN)/testbed run -corpus '$(CORPUS)' -profile '$(PROFILE)' -modes '$(MODES)' -optimize '$(OPTIMIZE)' -runs $(RUNS) \
@@ -35,3 +35,8 @@ testbed-smoke: deps build ## the testbed smoke test: a few tp5n pages, fast prof
 
 testbed-clean: build ## remove namespaces and files left by killed testbed runs
 	$(BIN)/testbed clean
+
+QUALITIES ?= 50,60,70,75,85
+
+optimize-quality: deps build ## the optimizer's image quality report: SSIM and bytes per WebP quality over the default pages and tp5n (QUALITIES=, OUT=)
+	$(BIN)/testbed quality -q '$(QUALITIES)' -out '$(OUT)/quality'
