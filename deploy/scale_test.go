@@ -382,7 +382,10 @@ func TestScaleFailover(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := nsClient(a.subs[j], 3*time.Second)
+			// 5 s per object: an object whose owner just died waits for
+			// Squid's connect-timeout (2 s) to that member before CARP
+			// moves on; a browser waits far longer.
+			c := nsClient(a.subs[j], 5*time.Second)
 			for {
 				select {
 				case <-stop:

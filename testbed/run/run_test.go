@@ -25,7 +25,8 @@ func TestValidate(t *testing.T) {
 		want string
 	}{
 		{"default", func(*Config) {}, ""},
-		{"unknown mode", func(c *Config) { c.Modes = []string{"direct", "fast"} }, `run: modes: "fast" is not one of direct, off, dns, url`},
+		{"unknown mode", func(c *Config) { c.Modes = []string{"direct", "fast"} }, `run: modes: "fast" is not one of direct, off, dns, url, nor one of them but direct with +opt`},
+		{"direct has no optimizer", func(c *Config) { c.Modes = []string{"direct+opt"} }, `run: modes: "direct+opt" is not one of direct, off, dns, url, nor one of them but direct with +opt`},
 		{"mode twice", func(c *Config) { c.Modes = []string{"url", "url"} }, `run: modes: "url" given twice`},
 		{"no runs", func(c *Config) { c.Runs = 0 }, "run: runs: 0, want at least 1"},
 		{"no profile", func(c *Config) { c.Profiles = nil }, "run: profile: none given"},
