@@ -104,9 +104,10 @@ func TestSmoke(t *testing.T) {
 		// Paint metrics present and ordered: TTFB <= FCP <= LCP <= the
 		// load event, within a tolerance: content a script paints after
 		// onload moves LCP past it (linkedin.com here: LCP about 110 ms
-		// after a 290 ms onload on the fast profile); allow 250 ms or half
-		// the PLT, whichever is more.
-		if r.TTFBms <= 0 || r.FCPms < r.TTFBms || r.LCPms < r.FCPms || r.LCPms > r.PLTms+max(250, r.PLTms/2) {
+		// after a 290 ms onload on the fast profile, 290 ms after a 540 ms
+		// one on a loaded machine); allow 500 ms or the PLT, whichever is
+		// more.
+		if r.TTFBms <= 0 || r.FCPms < r.TTFBms || r.LCPms < r.FCPms || r.LCPms > r.PLTms+max(500, r.PLTms) {
 			t.Errorf("%s %s: TTFB %.0f FCP %.0f LCP %.0f PLT %.0f ms, want 0 < TTFB <= FCP <= LCP <= PLT", r.Mode, r.Page, r.TTFBms, r.FCPms, r.LCPms, r.PLTms)
 		}
 	}
