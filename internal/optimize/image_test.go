@@ -43,6 +43,7 @@ func decoded(t *testing.T, b []byte) (w, h, bands int, alpha, icc bool) {
 // colour (CMYK converted, an sRGB profile kept) and the size rule.
 func TestImage(t *testing.T) {
 	o := DefaultImageOptions()
+	lossless := map[string]bool{"png": true, "gif": true}
 	for _, tc := range []struct {
 		file       string
 		format     string
@@ -86,6 +87,11 @@ func TestImage(t *testing.T) {
 				t.Fatalf("%d bytes from %d: less than 10 %% saved but not skipped", len(res.Body), len(in))
 			}
 			w, h, _, alpha, icc := decoded(t, res.Body)
+			// Graphics are lossless: the same pixels (VP8L, not VP8, inside
+			// the RIFF container).
+			if isVP8L := bytes.Contains(res.Body[:min(len(res.Body), 64)], []byte("VP8L")); isVP8L != lossless[tc.format] {
+				t.Errorf("%s: lossless WebP %v, want %v", tc.format, isVP8L, lossless[tc.format])
+			}
 			if w != tc.w || h != tc.h {
 				t.Errorf("%dx%d, want %dx%d", w, h, tc.w, tc.h)
 			}

@@ -17,7 +17,7 @@ convert "$S/coffee.png" -strip -resize 300x -colors 64 png8:palette.png     # pa
 convert "$S/horse.png" -strip -resize 200x static.gif                         # static GIF
 cp ../../../testbed/corpus/default/site/yahoo/www.yahoo.com/i/spinner.gif animated.gif
 convert -size 10000x5000 xc:white -depth 1 bomb.png                         # 50 megapixels in a few KB
-convert "$S/horse.png" -strip -resize 8x8 -colors 2 small.gif               # a bullet: WebP cannot save 10 %
+cp ../../../testbed/corpus/default/site/yahoo/www.yahoo.com/p.gif small.gif  # a 1x1 spacer GIF (43 bytes): WebP cannot save 10 %
 # corrupt: photo.jpg with 2 KB of its entropy-coded data overwritten
 cp photo.jpg corrupt.jpg
 dd if=/dev/zero of=corrupt.jpg bs=1 seek=4000 count=2048 conv=notrunc status=none
