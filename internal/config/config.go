@@ -202,7 +202,8 @@ type Optimize struct {
 	// cache_peer pep_optimizer, rendered by pepctl squid-conf when set).
 	// Default 127.0.0.1:3131; "" runs no optimizer.
 	Listen string `yaml:"listen"`
-	// Quality is the WebP quality, 1-100. Default optimize.DefaultQuality.
+	// Quality is the lossy WebP quality of JPEG photos, 1-100 (PNG and GIF
+	// become lossless WebP). Default optimize.DefaultQuality.
 	Quality int `yaml:"quality"`
 	// MaxPixels bounds width*height of an image to decode. Default 40e6.
 	MaxPixels int64 `yaml:"max_pixels"`
