@@ -36,6 +36,8 @@ const usage = `usage:
                           it holds: pages, objects, hosts, bytes, records skipped
                           by reason, payloads repaired, objects without a response
   testbed clean           remove what killed runs left behind (namespaces, /etc/netns)
+  testbed quality [-corpus SPECS] [-q 50,60,70,75,80,90] [-out DIR]
+                          the optimizer's image quality report: SSIM and bytes per WebP quality
 Run "testbed run -h" for the flags.
 `
 

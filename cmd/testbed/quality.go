@@ -5,23 +5,30 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"pep/testbed/quality"
 )
 
-// cmdQuality runs the optimizer's image quality report (testbed/quality)
-// and prints its Markdown tables; make optimize-quality calls it.
+// cmdQuality runs the optimizer's image quality report (testbed/quality):
+// it prints the Markdown tables and writes them to OUT/report.md beside
+// OUT/results.json and OUT/images.tsv; make optimize-quality calls it.
 func cmdQuality(args []string) error {
-	fs := flag.NewFlagSet("quality", flag.ExitOnError)
-	corpora := fs.String("corpus", defaultQualityCorpora(), "corpora, comma-separated (default, a tp5n .tar.gz, WARC, ...)")
-	qs := fs.String("q", "50,60,70,75,85", "WebP qualities to compare, comma-separated")
-	out := fs.String("out", "testbed-out/quality", "folder for the image pairs, results.json and report.md")
-	procs := fs.Int("procs", 2, "SSIM worker processes")
+	fs := flag.NewFlagSet("testbed quality", flag.ExitOnError)
+	corpora := fs.String("corpus", defaultQualityCorpora(), `corpora, comma-separated: "default", a tp5n .tar.gz or folder, a WARC, ... (by default tp5n too when ../shared/corpus/tp5n.tar.gz is beside the repository)`)
+	files := fs.String("files", "", "more image files or folders, comma-separated")
+	qs := fs.String("q", "50,60,70,75,80,90", "WebP qualities to compare (1-100), comma-separated")
+	out := fs.String("out", "testbed-out/quality", "folder for the image pairs, results.json, images.tsv and report.md")
+	procs := fs.Int("procs", 2, "transcoding goroutines and SSIM worker processes")
 	fs.Parse(args)
-	o := quality.Options{Corpora: splitList(*corpora), Work: *out, Procs: *procs, Progress: os.Stderr}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("quality: unexpected arguments %q", fs.Args())
+	}
+	o := quality.Options{Corpora: splitList(*corpora), Files: splitList(*files), Work: *out, Procs: *procs, Progress: os.Stderr}
 	for _, q := range splitList(*qs) {
 		n, err := strconv.Atoi(q)
 		if err != nil || n < 1 || n > 100 {
@@ -29,7 +36,9 @@ func cmdQuality(args []string) error {
 		}
 		o.Qualities = append(o.Qualities, n)
 	}
-	rep, err := quality.Run(context.Background(), o)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := quality.Run(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -38,15 +47,43 @@ func cmdQuality(args []string) error {
 	return os.WriteFile(filepath.Join(*out, "report.md"), []byte(md), 0o644)
 }
 
-// defaultQualityCorpora is the default pages, and tp5n when the shared
-// corpus is beside the repository.
+// defaultQualityCorpora is "default", plus the shared tp5n tarball when
+// it is at ../shared/corpus/tp5n.tar.gz relative to the repository (found
+// upward from the working directory, else as the parent of this program's
+// folder, bin/).
 func defaultQualityCorpora() string {
 	c := []string{"default"}
-	for _, p := range []string{"../shared/corpus/tp5n.tar.gz", "../../shared/corpus/tp5n.tar.gz"} {
+	if root := repoRoot(); root != "" {
+		p := filepath.Join(root, "..", "shared", "corpus", "tp5n.tar.gz")
 		if _, err := os.Stat(p); err == nil {
-			c = append(c, p)
-			break
+			c = append(c, filepath.Clean(p))
 		}
 	}
 	return strings.Join(c, ",")
+}
+
+// repoRoot returns the folder holding the go.mod of module pep, or "".
+func repoRoot() string {
+	isRoot := func(dir string) bool {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		return err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), "module pep\n")
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			if isRoot(d) {
+				return d
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			if d := filepath.Dir(filepath.Dir(exe)); isRoot(d) {
+				return d
+			}
+		}
+	}
+	return ""
 }

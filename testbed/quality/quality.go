@@ -2,12 +2,14 @@
 // 11, `make optimize-quality`): every distinct JPEG, PNG and GIF of the
 // given corpora is transcoded with exactly pepd's transform
 // (optimize.Image) at each quality, and the SSIM between the original and
-// what a phone would get is computed by scikit-image (ssim.py, one Python
-// process). The report gives, per quality, the images transformed and
-// skipped (by reason), the bytes, and the SSIM median, 5th percentile and
-// minimum, overall and per format; the default quality is the lowest-byte
-// one whose median SSIM is at least MinMedian and 5th percentile at least
-// MinP5.
+// the WebP a phone would get is computed by scikit-image (ssim.py, one
+// Python process for the whole run). The report gives, per quality, the
+// images transformed and skipped (by reason), the bytes, and the SSIM
+// median, 5th percentile and minimum, overall and per format, both for
+// what pepd serves (its default minimum saving) and for every WebP that
+// is not larger than its original (minimum saving 0). The default quality
+// is the lowest-byte one whose median SSIM is at least MinMedian and 5th
+// percentile at least MinP5.
 package quality
 
 import (
@@ -17,8 +19,11 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
+	"mime"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +31,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"pep/internal/optimize"
@@ -35,7 +41,9 @@ import (
 //go:embed ssim.py
 var ssimPy []byte
 
-// The acceptance thresholds of the default quality (issue 11).
+// The acceptance thresholds of the default quality (issue 11): median
+// SSIM at least MinMedian and 5th percentile at least MinP5, over the
+// images pepd transforms.
 const (
 	MinMedian = 0.95
 	MinP5     = 0.90
@@ -43,45 +51,141 @@ const (
 
 // Options configure Run.
 type Options struct {
-	// Corpora are corpus.Open specs ("default", a tp5n .tar.gz, ...).
+	// Corpora are corpus.Open specs ("default", a tp5n .tar.gz or folder,
+	// a WARC, ...). Every object with status 200 (or none recorded) whose
+	// bytes are a JPEG, PNG or GIF (optimize.Sniff) is an image, whatever
+	// its URL or Content-Type.
 	Corpora []string
-	// Files are more image files or folders (walked) to include.
+	// Files are more image files, or folders walked for them (files whose
+	// bytes are no JPEG, PNG or GIF are ignored).
 	Files []string
-	// Qualities are the WebP qualities to compare, 1-100.
+	// Qualities are the WebP qualities to compare, 1-100; at least one.
 	Qualities []int
-	// Work is the folder for the image pairs and results.json.
+	// Work is the folder for the image pairs (orig/, q<N>/), the pair list,
+	// ssim.py, results.json and images.tsv. It is created if missing;
+	// files of an earlier run are overwritten.
 	Work string
-	// Procs is the number of SSIM worker processes (0: 2).
+	// Procs is the number of transcoding goroutines and of SSIM worker
+	// processes (0: 2).
 	Procs int
-	// Progress receives one line per stage; nil discards.
+	// Progress receives progress lines (counts and elapsed time); nil
+	// discards them.
 	Progress io.Writer
 }
 
-// Stats summarizes one quality (or one format at one quality).
-type Stats struct {
-	Quality int `json:"quality"`
-	// Images is the distinct images considered; Transformed those pepd
-	// would serve as WebP (the others pass untouched: Skipped by reason).
-	Images, Transformed int
-	Skipped             map[string]int `json:"skipped"`
+// Column is one way of counting the images at one quality: as pepd
+// serves them (Stats.Served) or with a minimum saving of 0 (Stats.Any).
+type Column struct {
+	// MinSaving is the fraction of the original a WebP must save to be
+	// served (optimize.ImageOptions.MinSaving).
+	MinSaving float64 `json:"min_saving"`
+	// Transformed is the number of images served as WebP; Skipped counts
+	// the others (served as they are) by reason (optimize.Skip*).
+	Transformed int            `json:"transformed"`
+	Skipped     map[string]int `json:"skipped"`
 	// BytesIn and BytesOut are the transformed images' bytes before and
-	// after; ServedIn and ServedOut all images' bytes before and as
-	// served (originals for the skipped ones).
-	BytesIn, BytesOut, ServedIn, ServedOut int64
-	// SSIM over the transformed images with an SSIM (NoSSIM: too small
-	// or unreadable by Pillow).
-	Median, P5, Min float64
-	NoSSIM          int
+	// after the transform.
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
+	// ServedIn is all images' bytes; ServedOut all images' bytes as
+	// served (the WebP for a transformed image, the original otherwise).
+	ServedIn  int64 `json:"served_in"`
+	ServedOut int64 `json:"served_out"`
+	// Measured is the number of transformed images with an SSIM;
+	// Unmeasured counts the others by ssim.py's reason ("smaller than
+	// 7x7", "decode original: ...", "shape ...").
+	Measured   int            `json:"measured"`
+	Unmeasured map[string]int `json:"unmeasured,omitempty"`
+	// Median, P5 and Min are the SSIM's median, 5th percentile (nearest
+	// rank) and minimum over the Measured images; 0 when none.
+	Median float64 `json:"ssim_median"`
+	P5     float64 `json:"ssim_p5"`
+	Min    float64 `json:"ssim_min"`
 }
 
-// Report is Run's result.
+// Stats summarizes one quality, over all images (Format "") or one
+// format ("jpeg", "png", "gif").
+type Stats struct {
+	Quality int    `json:"quality"`
+	Format  string `json:"format,omitempty"`
+	// Images is the number of distinct images counted.
+	Images int `json:"images"`
+	// Served is what pepd serves (optimize.DefaultImageOptions's
+	// MinSaving); Any counts every WebP not larger than its original
+	// (MinSaving 0).
+	Served Column `json:"served"`
+	Any    Column `json:"min_saving_0"`
+}
+
+// Outcome is one image at one quality.
+type Outcome struct {
+	// Quality is the WebP quality.
+	Quality int `json:"quality"`
+	// WebP is the transform's size in bytes, 0 when there is none (Skip
+	// other than optimize.SkipNotSmaller).
+	WebP int `json:"webp"`
+	// Skip is pepd's reason to serve the original ("" when it serves the
+	// WebP); SkipAny the reason at MinSaving 0.
+	Skip    string `json:"skip,omitempty"`
+	SkipAny string `json:"skip_any,omitempty"`
+	// SSIM is the WebP's SSIM against the original, in [-1, 1]; 0 when
+	// not measured: SkipAny set (no WebP), or ssim.py's reason in NoSSIM.
+	SSIM   float64 `json:"ssim"`
+	NoSSIM string  `json:"no_ssim,omitempty"`
+}
+
+// Image is one distinct image and its outcome at each quality.
+type Image struct {
+	// Name is where it was first seen: "host/path" for a corpus object,
+	// the file path for Options.Files.
+	Name string `json:"name"`
+	// Format is optimize.Sniff's answer: "jpeg", "png" or "gif".
+	Format string `json:"format"`
+	// Bytes is the original's size.
+	Bytes int `json:"bytes"`
+	// Size is "WxH" as ssim.py saw it (after EXIF orientation) and Mode
+	// the original's Pillow mode ("RGB", "CMYK", "P", "RGBA", ...; "+icc"
+	// when its ICC profile was applied, "+icc-failed" when littlecms
+	// refused it); both "" when never measured.
+	Size string `json:"size,omitempty"`
+	Mode string `json:"mode,omitempty"`
+	// Outcomes follow Report.Qualities' order.
+	Outcomes []Outcome `json:"outcomes"`
+}
+
+// Report is Run's result; results.json in Options.Work holds it (without
+// Images, which images.tsv lists).
 type Report struct {
-	Corpora   []string           `json:"corpora"`
-	Qualities []Stats            `json:"qualities"`
+	// Corpora and Files are Options'.
+	Corpora []string `json:"corpora"`
+	Files   []string `json:"files,omitempty"`
+	// Qualities are Options.Qualities in order; Overall[i] and
+	// ByFormat[f][i] are Qualities[i]'s figures.
+	Qualities []int              `json:"qualities"`
+	Overall   []Stats            `json:"overall"`
 	ByFormat  map[string][]Stats `json:"by_format"`
-	// Default is the chosen quality (0: none meets the thresholds).
-	Default int           `json:"default"`
-	Elapsed time.Duration `json:"elapsed_ns"`
+	// Distinct is the number of distinct images (by SHA-256 of the
+	// bytes); Duplicates the image objects dropped as copies of one.
+	Distinct   int `json:"distinct"`
+	Duplicates int `json:"duplicates"`
+	// TypeMismatch counts distinct images whose Content-Type is not
+	// image/jpeg, image/png or image/gif: pepd, which goes by the
+	// Content-Type, would not transform them; they are counted anyway.
+	// NotImage counts distinct objects typed as one of those whose bytes
+	// are none of them (pepd: optimize.SkipFormat); they are not counted.
+	TypeMismatch int `json:"type_mismatch"`
+	NotImage     int `json:"not_image"`
+	// Modes counts the measured images (an SSIM at some quality) by
+	// Image.Mode.
+	Modes map[string]int `json:"modes"`
+	// Default is the chosen quality: the one with the fewest image bytes
+	// as served (Served.ServedOut) among those whose Served median SSIM
+	// >= MinMedian and 5th percentile >= MinP5; 0 when none qualifies.
+	Default int `json:"default"`
+	// Elapsed is the run's wall time in seconds.
+	Elapsed float64 `json:"elapsed_s"`
+	// Images are the distinct images, in the order first seen.
+	Images []Image `json:"-"`
 }
 
 type img struct {
@@ -100,83 +204,99 @@ func Python() string {
 	return "python3"
 }
 
-// Run builds the report. Errors: a corpus that does not open, a folder
-// that cannot be written, python3 or scikit-image missing (the error
-// says which), a malformed answer of ssim.py.
-func Run(ctx context.Context, o Options) (*Report, error) {
+// CheckPython returns nil when Python() can import scikit-image's metrics,
+// Pillow and its ImageCms, else an error naming the Debian packages.
+func CheckPython() error {
+	out, err := exec.Command(Python(), "-c", "import skimage.metrics, numpy; from PIL import Image, ImageCms, ImageOps").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("quality: %s lacks scikit-image or Pillow (apt-get install python3-skimage python3-pil, or make deps): %v: %s",
+			Python(), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Run builds the report: it collects the images, transcodes each at each
+// quality (Options.Procs at once), writes every original that has a WebP
+// at some quality and its WebPs into Options.Work, runs ssim.py once over
+// the list of pairs, and writes results.json and images.tsv. Errors: no
+// qualities or one outside 1-100, a corpus or file that does not open, a
+// folder that cannot be written, python3 or its packages missing
+// (CheckPython), ssim.py failing or answering out of shape, ctx done.
+func Run(ctx context.Context, o Options) (Report, error) {
 	start := time.Now()
+	if len(o.Qualities) == 0 {
+		return Report{}, errors.New("quality: no qualities")
+	}
+	for _, q := range o.Qualities {
+		if q < 1 || q > 100 {
+			return Report{}, fmt.Errorf("quality: quality %d not in 1-100", q)
+		}
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
 	if o.Procs <= 0 {
 		o.Procs = 2
 	}
-	imgs, err := collect(o)
+	if err := CheckPython(); err != nil {
+		return Report{}, err
+	}
+	rep := Report{Corpora: o.Corpora, Files: o.Files, Qualities: slices.Clone(o.Qualities), ByFormat: map[string][]Stats{}}
+	imgs, err := collect(o, &rep, start)
 	if err != nil {
-		return nil, err
+		return Report{}, err
 	}
-	fmt.Fprintf(o.Progress, "quality: %d distinct images from %s\n", len(imgs), strings.Join(append(slices.Clone(o.Corpora), o.Files...), ", "))
+	rep.Distinct = len(imgs)
 	if err := os.MkdirAll(o.Work, 0o755); err != nil {
-		return nil, err
+		return Report{}, err
 	}
-	script := filepath.Join(o.Work, "ssim.py")
-	if err := os.WriteFile(script, ssimPy, 0o644); err != nil {
-		return nil, err
-	}
-	origDir := filepath.Join(o.Work, "orig")
-	os.MkdirAll(origDir, 0o755)
-	origPath := make([]string, len(imgs))
+
+	minSaving := optimize.DefaultImageOptions().MinSaving
+	rep.Images = make([]Image, len(imgs))
 	for i, im := range imgs {
-		origPath[i] = filepath.Join(origDir, fmt.Sprintf("%05d.%s", i, im.format))
-		if err := os.WriteFile(origPath[i], im.body, 0o644); err != nil {
-			return nil, err
-		}
+		rep.Images[i] = Image{Name: im.name, Format: im.format, Bytes: len(im.body), Outcomes: make([]Outcome, len(o.Qualities))}
 	}
-	rep := &Report{Corpora: o.Corpora, ByFormat: map[string][]Stats{}}
-	for _, q := range o.Qualities {
-		st, byFmt, err := runQuality(ctx, o, script, imgs, origPath, q)
-		if err != nil {
-			return nil, err
-		}
-		rep.Qualities = append(rep.Qualities, st)
-		for f, s := range byFmt {
-			rep.ByFormat[f] = append(rep.ByFormat[f], s)
-		}
-		fmt.Fprintf(o.Progress, "quality: q%d: %d transformed, %s -> %s bytes, SSIM median %.4f p5 %.4f (%s)\n",
-			q, st.Transformed, human(st.BytesIn), human(st.BytesOut), st.Median, st.P5, time.Since(start).Round(time.Second))
+	list, pairs, err := transcodeAll(ctx, o, imgs, rep.Images, minSaving, start)
+	if err != nil {
+		return Report{}, err
 	}
-	best := -1
-	for i, s := range rep.Qualities {
-		if s.Median >= MinMedian && s.P5 >= MinP5 && (best < 0 || s.ServedOut < rep.Qualities[best].ServedOut) {
-			best = i
-		}
+	if err := measure(ctx, o, list, pairs, rep.Images, start); err != nil {
+		return Report{}, err
 	}
-	if best >= 0 {
-		rep.Default = rep.Qualities[best].Quality
-	}
-	rep.Elapsed = time.Since(start)
-	b, _ := json.MarshalIndent(rep, "", "  ")
-	if err := os.WriteFile(filepath.Join(o.Work, "results.json"), b, 0o644); err != nil {
-		return nil, err
+	rep.summarize(minSaving)
+	rep.Elapsed = time.Since(start).Seconds()
+	if err := rep.write(o.Work); err != nil {
+		return Report{}, err
 	}
 	return rep, nil
 }
 
 // collect returns the distinct (by SHA-256) images of the corpora and
 // files, the format told by the bytes (optimize.Sniff), not the name.
-func collect(o Options) ([]img, error) {
+func collect(o Options, rep *Report, start time.Time) ([]img, error) {
 	seen := map[[32]byte]bool{}
+	notImage := map[[32]byte]bool{}
 	var out []img
-	add := func(name string, b []byte) {
+	add := func(name, ctype string, b []byte) {
 		f := optimize.Sniff(b)
+		mt, _, _ := mime.ParseMediaType(ctype)
+		typed := mt == optimize.TypeJPEG || mt == optimize.TypePNG || mt == optimize.TypeGIF
+		h := sha256.Sum256(b)
 		if f == "" {
+			if typed && !notImage[h] {
+				notImage[h] = true
+				rep.NotImage++
+			}
 			return
 		}
-		h := sha256.Sum256(b)
 		if seen[h] {
+			rep.Duplicates++
 			return
 		}
 		seen[h] = true
+		if ctype != "" && !typed {
+			rep.TypeMismatch++
+		}
 		out = append(out, img{body: b, format: f, name: name})
 	}
 	for _, spec := range o.Corpora {
@@ -184,13 +304,19 @@ func collect(o Options) ([]img, error) {
 		if err != nil {
 			return nil, err
 		}
+		n := len(out)
 		for _, p := range c.Pages {
 			for _, ob := range p.Objects {
-				add(ob.Host+ob.Path, ob.Body)
+				if ob.Status != 0 && ob.Status != 200 {
+					continue
+				}
+				add(ob.Host+ob.Path, ob.ContentType, ob.Body)
 			}
 		}
+		fmt.Fprintf(o.Progress, "quality: %s: %d pages, %d new distinct images (%s)\n", spec, len(c.Pages), len(out)-n, since(start))
 	}
 	for _, f := range o.Files {
+		n := len(out)
 		err := filepath.WalkDir(f, func(p string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
@@ -199,126 +325,402 @@ func collect(o Options) ([]img, error) {
 			if err != nil {
 				return err
 			}
-			add(p, b)
+			add(p, "", b)
 			return nil
 		})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("quality: %w", err)
 		}
+		fmt.Fprintf(o.Progress, "quality: %s: %d new distinct images\n", f, len(out)-n)
 	}
 	return out, nil
 }
 
-// runQuality transcodes every image at q and has ssim.py compare the
-// transformed ones.
-func runQuality(ctx context.Context, o Options, script string, imgs []img, origPath []string, q int) (Stats, map[string]Stats, error) {
-	opts := optimize.DefaultImageOptions()
-	opts.Quality = q
-	dir := filepath.Join(o.Work, fmt.Sprintf("q%d", q))
-	os.MkdirAll(dir, 0o755)
-	all := Stats{Quality: q, Skipped: map[string]int{}}
-	byFmt := map[string]*Stats{}
-	var list bytes.Buffer
-	outBytes := make([]int, len(imgs))
-	for i, im := range imgs {
-		res := optimize.Image(im.body, opts)
-		fs := byFmt[im.format]
-		if fs == nil {
-			fs = &Stats{Quality: q, Skipped: map[string]int{}}
-			byFmt[im.format] = fs
+// transcodeAll runs optimize.Image on every image at every quality with
+// MinSaving 0 and derives pepd's outcome at minSaving from the same WebP
+// (Image's rule: served when len(webp) <= len(original)*(1-MinSaving));
+// it writes the originals and WebPs to transform and the pair list, and
+// returns the list's path and its number of pairs.
+func transcodeAll(ctx context.Context, o Options, imgs []img, rows []Image, minSaving float64, start time.Time) (string, int, error) {
+	origDir := filepath.Join(o.Work, "orig")
+	dirs := make([]string, len(o.Qualities))
+	for j, q := range o.Qualities {
+		dirs[j] = filepath.Join(o.Work, fmt.Sprintf("q%d", q))
+	}
+	for _, d := range append([]string{origDir}, dirs...) {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", 0, err
 		}
-		for _, s := range []*Stats{&all, fs} {
-			s.Images++
-			s.ServedIn += int64(len(im.body))
-			s.ServedOut += int64(len(res.Body))
-			if res.Skip != "" {
-				s.Skipped[res.Skip]++
+	}
+	total := len(imgs) * len(o.Qualities)
+	fmt.Fprintf(o.Progress, "quality: transcoding %d images at %d qualities (%d transforms, %d at once)\n", len(imgs), len(o.Qualities), total, o.Procs)
+	var (
+		mu       sync.Mutex
+		done     int
+		firstErr error
+		lastLog  = time.Now()
+	)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range o.Procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				err := transcodeOne(o, imgs[i], &rows[i], i, origDir, dirs, minSaving)
+				mu.Lock()
+				done += len(o.Qualities)
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if time.Since(lastLog) >= 15*time.Second {
+					lastLog = time.Now()
+					fmt.Fprintf(o.Progress, "quality: transcoded %d/%d (%s)\n", done, total, since(start))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for i := range imgs {
+		select {
+		case work <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return "", 0, err
+	}
+	if firstErr != nil {
+		return "", 0, firstErr
+	}
+	fmt.Fprintf(o.Progress, "quality: transcoded %d/%d (%s)\n", done, total, since(start))
+
+	var list bytes.Buffer
+	pairs := 0
+	for i := range rows {
+		for j := range o.Qualities {
+			if rows[i].Outcomes[j].SkipAny != "" {
 				continue
 			}
-			s.Transformed++
-			s.BytesIn += int64(len(im.body))
-			s.BytesOut += int64(len(res.Body))
+			fmt.Fprintf(&list, "%d:%d\t%s\t%s\n", i, j, origPath(origDir, i, imgs[i].format), webpPath(dirs[j], i))
+			pairs++
 		}
-		if res.Skip != "" {
-			continue
-		}
-		outBytes[i] = len(res.Body)
-		wp := filepath.Join(dir, fmt.Sprintf("%05d.webp", i))
-		if err := os.WriteFile(wp, res.Body, 0o644); err != nil {
-			return all, nil, err
-		}
-		fmt.Fprintf(&list, "%d\t%s\t%s\n", i, origPath[i], wp)
 	}
-	cmd := exec.CommandContext(ctx, Python(), script, strconv.Itoa(o.Procs))
-	cmd.Stdin = &list
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return all, nil, fmt.Errorf("quality: ssim.py (python3-skimage and python3-pil needed: make deps): %w: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	var vals []float64
-	fvals := map[string][]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		f := strings.Split(sc.Text(), "\t")
-		i, err := strconv.Atoi(f[0])
-		if err != nil || i < 0 || i >= len(imgs) || len(f) < 2 {
-			return all, nil, fmt.Errorf("quality: ssim.py said %q", sc.Text())
-		}
-		format := imgs[i].format
-		if f[1] == "skip" {
-			all.NoSSIM++
-			byFmt[format].NoSSIM++
-			continue
-		}
-		v, err := strconv.ParseFloat(f[1], 64)
-		if err != nil {
-			return all, nil, fmt.Errorf("quality: ssim.py said %q", sc.Text())
-		}
-		vals = append(vals, v)
-		fvals[format] = append(fvals[format], v)
-	}
-	all.Median, all.P5, all.Min = dist(vals)
-	res := map[string]Stats{}
-	for f, s := range byFmt {
-		s.Median, s.P5, s.Min = dist(fvals[f])
-		res[f] = *s
-	}
-	return all, res, nil
+	path := filepath.Join(o.Work, "pairs.tsv")
+	return path, pairs, os.WriteFile(path, list.Bytes(), 0o644)
 }
 
-// dist returns the median, 5th percentile (nearest rank) and minimum.
+func origPath(dir string, i int, format string) string {
+	return filepath.Join(dir, fmt.Sprintf("%06d.%s", i, format))
+}
+
+func webpPath(dir string, i int) string { return filepath.Join(dir, fmt.Sprintf("%06d.webp", i)) }
+
+// transcodeOne fills row's outcomes for image i and writes its files.
+func transcodeOne(o Options, im img, row *Image, i int, origDir string, dirs []string, minSaving float64) error {
+	opts := optimize.DefaultImageOptions()
+	opts.MinSaving = 0
+	wrote := false
+	for j, q := range o.Qualities {
+		opts.Quality = q
+		res := optimize.Image(im.body, opts)
+		oc := Outcome{Quality: q, Skip: res.Skip, SkipAny: res.Skip}
+		if res.Skip == "" {
+			oc.WebP = len(res.Body)
+			if float64(len(res.Body)) > float64(len(im.body))*(1-minSaving) {
+				oc.Skip = optimize.SkipNotSmaller
+			}
+			if err := os.WriteFile(webpPath(dirs[j], i), res.Body, 0o644); err != nil {
+				return err
+			}
+			if !wrote {
+				if err := os.WriteFile(origPath(origDir, i, im.format), im.body, 0o644); err != nil {
+					return err
+				}
+				wrote = true
+			}
+		}
+		row.Outcomes[j] = oc
+	}
+	return nil
+}
+
+// measure runs ssim.py over the pair list and stores its answers in rows.
+func measure(ctx context.Context, o Options, list string, pairs int, rows []Image, start time.Time) error {
+	script := filepath.Join(o.Work, "ssim.py")
+	if err := os.WriteFile(script, ssimPy, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Progress, "quality: SSIM of %d pairs, %d worker processes (%s)\n", pairs, o.Procs, since(start))
+	cmd := exec.CommandContext(ctx, Python(), script, list, strconv.Itoa(o.Procs))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("quality: %s: %w", Python(), err)
+	}
+	got := 0
+	lastLog := time.Now()
+	var parseErr error
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if parseErr == nil {
+			parseErr = record(sc.Text(), rows)
+		}
+		got++
+		if time.Since(lastLog) >= 15*time.Second {
+			lastLog = time.Now()
+			fmt.Fprintf(o.Progress, "quality: SSIM %d/%d (%s)\n", got, pairs, since(start))
+		}
+	}
+	werr := cmd.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if werr != nil {
+		return fmt.Errorf("quality: ssim.py: %w: %s", werr, strings.TrimSpace(stderr.String()))
+	}
+	if parseErr != nil {
+		return parseErr
+	}
+	if got != pairs {
+		return fmt.Errorf("quality: ssim.py answered %d of %d pairs", got, pairs)
+	}
+	fmt.Fprintf(o.Progress, "quality: SSIM %d/%d (%s)\n", got, pairs, since(start))
+	return nil
+}
+
+// record parses one ssim.py line: "i:j<TAB>ssim<TAB>WxH<TAB>mode" or
+// "i:j<TAB>skip<TAB>reason".
+func record(line string, rows []Image) error {
+	f := strings.SplitN(line, "\t", 4)
+	bad := fmt.Errorf("quality: ssim.py said %q", line)
+	if len(f) < 3 || (f[1] != "skip" && len(f) != 4) {
+		return bad
+	}
+	a, b, ok := strings.Cut(f[0], ":")
+	i, err1 := strconv.Atoi(a)
+	j, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || i < 0 || i >= len(rows) || j < 0 || j >= len(rows[i].Outcomes) {
+		return bad
+	}
+	oc := &rows[i].Outcomes[j]
+	if f[1] == "skip" {
+		oc.NoSSIM = f[2]
+		return nil
+	}
+	v, err := strconv.ParseFloat(f[1], 64)
+	if err != nil || v < -1 || v > 1 {
+		return bad
+	}
+	oc.SSIM = v
+	rows[i].Size, rows[i].Mode = f[2], f[3]
+	return nil
+}
+
+// summarize computes Overall, ByFormat and Default from Images.
+func (r *Report) summarize(minSaving float64) {
+	fmts := map[string]bool{}
+	for _, im := range r.Images {
+		fmts[im.Format] = true
+	}
+	r.Overall = nil
+	r.ByFormat = map[string][]Stats{}
+	for j, q := range r.Qualities {
+		r.Overall = append(r.Overall, r.stats(j, q, "", minSaving))
+		for f := range fmts {
+			r.ByFormat[f] = append(r.ByFormat[f], r.stats(j, q, f, minSaving))
+		}
+	}
+	r.Modes = map[string]int{}
+	for _, im := range r.Images {
+		if im.Mode != "" {
+			r.Modes[im.Mode]++
+		}
+	}
+	r.Default = 0
+	best := -1
+	for i, s := range r.Overall {
+		c := s.Served
+		if c.Measured > 0 && c.Median >= MinMedian && c.P5 >= MinP5 && (best < 0 || c.ServedOut < r.Overall[best].Served.ServedOut) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		r.Default = r.Qualities[best]
+	}
+}
+
+// stats is quality index j's figures over the images of format (all for "").
+func (r *Report) stats(j, q int, format string, minSaving float64) Stats {
+	s := Stats{Quality: q, Format: format}
+	s.Served = Column{MinSaving: minSaving, Skipped: map[string]int{}, Unmeasured: map[string]int{}}
+	s.Any = Column{MinSaving: 0, Skipped: map[string]int{}, Unmeasured: map[string]int{}}
+	var served, anyv []float64
+	for _, im := range r.Images {
+		if format != "" && im.Format != format {
+			continue
+		}
+		s.Images++
+		oc := im.Outcomes[j]
+		add := func(c *Column, skip string, vals *[]float64) {
+			c.ServedIn += int64(im.Bytes)
+			if skip != "" {
+				c.Skipped[skip]++
+				c.ServedOut += int64(im.Bytes)
+				return
+			}
+			c.Transformed++
+			c.BytesIn += int64(im.Bytes)
+			c.BytesOut += int64(oc.WebP)
+			c.ServedOut += int64(oc.WebP)
+			if oc.NoSSIM != "" {
+				c.Unmeasured[oc.NoSSIM]++
+				return
+			}
+			c.Measured++
+			*vals = append(*vals, oc.SSIM)
+		}
+		add(&s.Served, oc.Skip, &served)
+		add(&s.Any, oc.SkipAny, &anyv)
+	}
+	s.Served.Median, s.Served.P5, s.Served.Min = dist(served)
+	s.Any.Median, s.Any.P5, s.Any.Min = dist(anyv)
+	return s
+}
+
+// dist returns the median, 5th percentile (nearest rank) and minimum of v
+// (sorted in place); zeros when v is empty.
 func dist(v []float64) (med, p5, lowest float64) {
 	if len(v) == 0 {
 		return 0, 0, 0
 	}
 	sort.Float64s(v)
 	rank := func(p float64) float64 {
-		i := int(p*float64(len(v))+0.5) - 1
+		i := int(math.Ceil(p*float64(len(v)))) - 1 // rank ceil(p*n), 1-based
 		return v[max(0, min(i, len(v)-1))]
 	}
-	return rank(0.5), rank(0.05), v[0]
+	med = v[len(v)/2]
+	if len(v)%2 == 0 {
+		med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return med, rank(0.05), v[0]
 }
 
-func human(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+// write stores results.json (the report without Images) and images.tsv
+// (one line per image and quality) in dir.
+func (r Report) write(dir string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	var t bytes.Buffer
+	t.WriteString("image\tname\tformat\tsize\tmode\tbytes\tquality\twebp_bytes\tskip\tskip_min_saving_0\tssim\tno_ssim\n")
+	for i, im := range r.Images {
+		for _, oc := range im.Outcomes {
+			ssim := ""
+			if oc.SkipAny == "" && oc.NoSSIM == "" {
+				ssim = strconv.FormatFloat(oc.SSIM, 'f', 6, 64)
+			}
+			fmt.Fprintf(&t, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", i, tsv(im.Name), im.Format, im.Size, im.Mode, im.Bytes,
+				oc.Quality, oc.WebP, oc.Skip, oc.SkipAny, ssim, oc.NoSSIM)
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "images.tsv"), t.Bytes(), 0o644)
+}
 
-// Markdown renders the report's tables.
-func (r *Report) Markdown() string {
+func tsv(s string) string { return strings.NewReplacer("\t", " ", "\n", " ").Replace(s) }
+
+func since(t time.Time) string { return time.Since(t).Round(time.Second).String() }
+
+func mb(n int64) string { return fmt.Sprintf("%.2f MB", float64(n)/1e6) }
+
+func pct(a, b int64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f %%", 100*float64(a)/float64(b))
+}
+
+func ssimCell(c Column, v float64) string {
+	if c.Measured == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.4f", v)
+}
+
+func countList(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	parts := make([]string, len(ks))
+	for i, k := range ks {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Markdown renders the report: a header line, the table of what pepd
+// serves per quality, the same with a minimum saving of 0, the table per
+// format, and the chosen default (or that none qualifies).
+func (r Report) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Corpora: %s; %d distinct images; SSIM by scikit-image (RGB over white); took %s.\n\n",
-		strings.Join(r.Corpora, ", "), r.Qualities[0].Images, r.Elapsed.Round(time.Second))
-	b.WriteString("| quality | transformed | skipped | image bytes as served | transformed: in -> out | SSIM median | SSIM p5 | SSIM min |\n|---:|---:|---|---:|---:|---:|---:|---:|\n")
-	for _, s := range r.Qualities {
+	src := strings.Join(append(slices.Clone(r.Corpora), r.Files...), ", ")
+	fmt.Fprintf(&b, "Images of %s: %d distinct JPEG/PNG/GIF (by content; %d duplicate objects dropped",
+		src, r.Distinct, r.Duplicates)
+	if r.TypeMismatch > 0 {
+		fmt.Fprintf(&b, "; %d with a Content-Type pepd would not transform, counted anyway", r.TypeMismatch)
+	}
+	if r.NotImage > 0 {
+		fmt.Fprintf(&b, "; %d objects typed JPEG/PNG/GIF whose bytes are none, not counted", r.NotImage)
+	}
+	fmt.Fprintf(&b, "). Transform: optimize.Image, exactly pepd's. SSIM: scikit-image, RGB over white, the original as Pillow shows it (EXIF orientation, ICC to sRGB). Originals measured by mode: %s. Took %s.\n\n",
+		countList(r.Modes), (time.Duration(r.Elapsed * float64(time.Second))).Round(time.Second))
+	if len(r.Overall) == 0 {
+		return b.String()
+	}
+	fmt.Fprintf(&b, "As pepd serves them (minimum saving %.0f %%; skipped images are served as they are and not in the SSIM):\n\n", 100*r.Overall[0].Served.MinSaving)
+	b.WriteString("| quality | transformed | skipped | all image bytes as served | transformed: in -> out | SSIM median | SSIM p5 | SSIM min | no SSIM |\n")
+	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---|\n")
+	for _, s := range r.Overall {
+		c := s.Served
 		mark := ""
 		if s.Quality == r.Default {
-			mark = " **(default)**"
+			mark = " **default**"
 		}
-		fmt.Fprintf(&b, "| %d%s | %d of %d | %s | %s -> %s (%.0f %%) | %s -> %s (%.0f %%) | %.4f | %.4f | %.4f |\n",
-			s.Quality, mark, s.Transformed, s.Images, skipList(s.Skipped), human(s.ServedIn), human(s.ServedOut),
-			pct(s.ServedOut, s.ServedIn), human(s.BytesIn), human(s.BytesOut), pct(s.BytesOut, s.BytesIn), s.Median, s.P5, s.Min)
+		fmt.Fprintf(&b, "| %d%s | %d of %d | %s | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s | %s |\n",
+			s.Quality, mark, c.Transformed, s.Images, countList(c.Skipped),
+			mb(c.ServedIn), mb(c.ServedOut), pct(c.ServedOut, c.ServedIn),
+			mb(c.BytesIn), mb(c.BytesOut), pct(c.BytesOut, c.BytesIn),
+			ssimCell(c, c.Median), ssimCell(c, c.P5), ssimCell(c, c.Min), countList(c.Unmeasured))
 	}
-	b.WriteString("\nBy format:\n\n| format | quality | transformed | bytes in -> out | SSIM median | p5 | min |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\nWith a minimum saving of 0 (every WebP not larger than its original):\n\n")
+	b.WriteString("| quality | transformed | all image bytes as served | transformed: in -> out | SSIM median | SSIM p5 | SSIM min |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.Overall {
+		c := s.Any
+		fmt.Fprintf(&b, "| %d | %d of %d | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s |\n",
+			s.Quality, c.Transformed, s.Images, mb(c.ServedIn), mb(c.ServedOut), pct(c.ServedOut, c.ServedIn),
+			mb(c.BytesIn), mb(c.BytesOut), pct(c.BytesOut, c.BytesIn), ssimCell(c, c.Median), ssimCell(c, c.P5), ssimCell(c, c.Min))
+	}
+	b.WriteString("\nBy format, as pepd serves them:\n\n")
+	b.WriteString("| format | quality | transformed | skipped | all bytes as served | transformed: in -> out | SSIM median | SSIM p5 | SSIM min |\n")
+	b.WriteString("|---|---:|---:|---|---:|---:|---:|---:|---:|\n")
 	fmts := make([]string, 0, len(r.ByFormat))
 	for f := range r.ByFormat {
 		fmts = append(fmts, f)
@@ -326,30 +728,19 @@ func (r *Report) Markdown() string {
 	sort.Strings(fmts)
 	for _, f := range fmts {
 		for _, s := range r.ByFormat[f] {
-			fmt.Fprintf(&b, "| %s | %d | %d of %d | %s -> %s (%.0f %%) | %.4f | %.4f | %.4f |\n", f, s.Quality, s.Transformed, s.Images,
-				human(s.BytesIn), human(s.BytesOut), pct(s.BytesOut, s.BytesIn), s.Median, s.P5, s.Min)
+			c := s.Served
+			fmt.Fprintf(&b, "| %s | %d | %d of %d | %s | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s |\n",
+				f, s.Quality, c.Transformed, s.Images, countList(c.Skipped),
+				mb(c.ServedIn), mb(c.ServedOut), pct(c.ServedOut, c.ServedIn),
+				mb(c.BytesIn), mb(c.BytesOut), pct(c.BytesOut, c.BytesIn),
+				ssimCell(c, c.Median), ssimCell(c, c.P5), ssimCell(c, c.Min))
 		}
 	}
 	if r.Default > 0 {
-		fmt.Fprintf(&b, "\nDefault: quality %d, the lowest-byte setting with median SSIM >= %.2f and 5th percentile >= %.2f.\n", r.Default, MinMedian, MinP5)
+		fmt.Fprintf(&b, "\nDefault: quality %d, the setting with the fewest image bytes as served whose median SSIM >= %.2f and 5th percentile >= %.2f.\n",
+			r.Default, MinMedian, MinP5)
 	} else {
-		fmt.Fprintf(&b, "\nNo quality tried meets median SSIM >= %.2f and 5th percentile >= %.2f.\n", MinMedian, MinP5)
+		fmt.Fprintf(&b, "\nNo quality tried has median SSIM >= %.2f and 5th percentile >= %.2f: no default chosen.\n", MinMedian, MinP5)
 	}
 	return b.String()
-}
-
-func pct(a, b int64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return 100 * float64(a) / float64(b)
-}
-
-func skipList(m map[string]int) string {
-	var ks []string
-	for k, v := range m {
-		ks = append(ks, fmt.Sprintf("%s %d", k, v))
-	}
-	sort.Strings(ks)
-	return strings.Join(ks, ", ")
 }

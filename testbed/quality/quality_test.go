@@ -1,43 +1,148 @@
 package quality
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"pep/internal/optimize"
 )
 
 // TestQualityReport runs the report over the optimizer's real test images
-// at two qualities: SSIM rises with the quality, values are in (0, 1],
-// the animated GIF and the corrupt files are counted as skipped.
+// (internal/optimize/testdata, make.sh) at qualities 30 and 90 and checks
+// what it measured: the photo's SSIM rises with the quality, every SSIM is
+// in (0, 1], the animated GIF, the corrupt and truncated files and the
+// decompression bomb are counted as skipped with pepd's reasons, the
+// rotated JPEG is compared upright, and the outcome derived for pepd's
+// minimum saving is optimize.Image's own with the default options.
 func TestQualityReport(t *testing.T) {
-	if err := exec.Command(Python(), "-c", "import skimage.metrics, PIL").Run(); err != nil {
-		t.Skip("needs python3-skimage and python3-pil (make deps)")
+	if err := CheckPython(); err != nil {
+		t.Skip(err)
 	}
+	testdata := filepath.Join("..", "..", "internal", "optimize", "testdata")
 	work := t.TempDir()
-	rep, err := Run(context.Background(), Options{Files: []string{filepath.Join("..", "..", "internal", "optimize", "testdata")},
-		Qualities: []int{30, 90}, Work: work})
+	var progress bytes.Buffer
+	rep, err := Run(context.Background(), Options{Files: []string{testdata}, Qualities: []int{30, 90}, Work: work, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lo, hi := rep.Qualities[0], rep.Qualities[1]
-	if lo.Transformed == 0 || hi.Transformed == 0 {
-		t.Fatalf("nothing transformed: %+v %+v", lo, hi)
+	t.Log("\n" + progress.String() + "\n" + rep.Markdown())
+
+	byName := map[string]Image{}
+	for _, im := range rep.Images {
+		byName[filepath.Base(im.Name)] = im
 	}
-	if !(lo.Median > 0 && lo.Median < hi.Median && hi.Median <= 1) {
-		t.Errorf("SSIM median q30 %.4f, q90 %.4f: want 0 < q30 < q90 <= 1", lo.Median, hi.Median)
+	// make.sh is no image; photo.jpg and corrupt.jpg differ in 2 KB.
+	if _, ok := byName["make.sh"]; ok || rep.Distinct != 12 {
+		t.Errorf("%d distinct images (make.sh counted: %v), want the 12 test images", rep.Distinct, ok)
 	}
-	if lo.BytesOut >= hi.BytesOut {
-		t.Errorf("q30 %d bytes, q90 %d: want fewer at the lower quality", lo.BytesOut, hi.BytesOut)
+
+	photo := byName["photo.jpg"]
+	lo, hi := photo.Outcomes[0], photo.Outcomes[1]
+	// At q90 the WebP saves under 10 % of this q85 JPEG: pepd serves the
+	// original, the minimum-saving-0 column still has it measured.
+	if lo.Skip != "" || hi.SkipAny != "" || lo.NoSSIM != "" || hi.NoSSIM != "" {
+		t.Fatalf("photo.jpg: %+v %+v: want q30 served, q90 transcoded, both measured", lo, hi)
 	}
-	for _, reason := range []string{"animated", "undecodable", "over pixel limit"} {
-		if lo.Skipped[reason] == 0 {
-			t.Errorf("skipped %v: want %q counted", lo.Skipped, reason)
+	if !(lo.SSIM < hi.SSIM) {
+		t.Errorf("photo.jpg: SSIM q30 %.4f, q90 %.4f: want q30 < q90", lo.SSIM, hi.SSIM)
+	}
+	if !(lo.WebP < hi.WebP) {
+		t.Errorf("photo.jpg: q30 %d bytes, q90 %d: want fewer at q30", lo.WebP, hi.WebP)
+	}
+	if hi.SSIM < 0.9 {
+		t.Errorf("photo.jpg: SSIM q90 %.4f: want >= 0.9", hi.SSIM)
+	}
+	if r := byName["rotated.jpg"]; r.Size != "300x400" || r.Outcomes[1].SSIM < 0.9 {
+		t.Errorf("rotated.jpg (EXIF orientation 6, stored 400x300): size %q, SSIM q90 %.4f: want 300x400 and >= 0.9", r.Size, r.Outcomes[1].SSIM)
+	}
+	if m := byName["cmyk.jpg"].Mode; m != "CMYK" {
+		t.Errorf("cmyk.jpg: mode %q, want CMYK", m)
+	}
+
+	skips := map[string]string{
+		"animated.gif":  optimize.SkipAnimated,
+		"corrupt.jpg":   optimize.SkipUndecodable,
+		"truncated.png": optimize.SkipUndecodable,
+		"bomb.png":      optimize.SkipPixels,
+		"small.gif":     optimize.SkipNotSmaller,
+	}
+	for j, s := range rep.Overall {
+		for _, reason := range []string{optimize.SkipAnimated, optimize.SkipUndecodable, optimize.SkipPixels} {
+			if s.Served.Skipped[reason] == 0 {
+				t.Errorf("q%d: skipped %v: want %q counted", s.Quality, s.Served.Skipped, reason)
+			}
+		}
+		if s.Served.Measured == 0 || !(s.Served.Min > 0 && s.Served.Min <= s.Served.P5 && s.Served.P5 <= s.Served.Median && s.Served.Median <= 1) {
+			t.Errorf("q%d: %d measured, min %.4f p5 %.4f median %.4f: want 0 < min <= p5 <= median <= 1",
+				s.Quality, s.Served.Measured, s.Served.Min, s.Served.P5, s.Served.Median)
+		}
+		if s.Any.Transformed < s.Served.Transformed || s.Served.ServedIn != s.Any.ServedIn {
+			t.Errorf("q%d: min saving 0 transforms %d, pepd %d", s.Quality, s.Any.Transformed, s.Served.Transformed)
+		}
+		opts := optimize.DefaultImageOptions()
+		opts.Quality = s.Quality
+		var in, out int64
+		for _, im := range rep.Images {
+			oc := im.Outcomes[j]
+			if oc.Skip == "" || oc.SkipAny == "" {
+				if !(oc.SSIM > 0 && oc.SSIM <= 1) && oc.NoSSIM == "" {
+					t.Errorf("%s q%d: SSIM %v not in (0, 1]", im.Name, oc.Quality, oc.SSIM)
+				}
+			}
+			if want, ok := skips[filepath.Base(im.Name)]; ok && oc.Skip != want {
+				t.Errorf("%s q%d: skip %q, want %q", im.Name, oc.Quality, oc.Skip, want)
+			}
+			body, err := os.ReadFile(im.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := optimize.Image(body, opts)
+			if res.Skip != oc.Skip || (res.Skip == "" && len(res.Body) != oc.WebP) {
+				t.Errorf("%s q%d: report says skip %q (%d bytes), optimize.Image %q (%d bytes)", im.Name, oc.Quality, oc.Skip, oc.WebP, res.Skip, len(res.Body))
+			}
+			in += int64(len(body))
+			out += int64(len(res.Body))
+		}
+		if s.Served.ServedIn != in || s.Served.ServedOut != out {
+			t.Errorf("q%d: served %d -> %d bytes, optimize.Image %d -> %d", s.Quality, s.Served.ServedIn, s.Served.ServedOut, in, out)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(work, "results.json")); err != nil {
-		t.Error(err)
+
+	b, err := os.ReadFile(filepath.Join(work, "results.json"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Log("\n" + rep.Markdown())
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Overall) != 2 || back.Distinct != rep.Distinct {
+		t.Errorf("results.json: %v, %d qualities, %d images", err, len(back.Overall), back.Distinct)
+	}
+	tsv, err := os.ReadFile(filepath.Join(work, "images.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(tsv), "\n"); n != 1+2*rep.Distinct {
+		t.Errorf("images.tsv: %d lines, want %d", n, 1+2*rep.Distinct)
+	}
+}
+
+// TestDist pins the summary statistics: median of an even count is the
+// mean of the middle two, the 5th percentile is the nearest rank.
+func TestDist(t *testing.T) {
+	v := make([]float64, 40)
+	for i := range v {
+		v[i] = float64(40-i) / 40 // 1/40 .. 1, reversed
+	}
+	med, p5, lo := dist(v)
+	if math.Abs(med-20.5/40) > 1e-12 || p5 != 2.0/40 || lo != 1.0/40 {
+		t.Errorf("dist: median %v p5 %v min %v, want %v %v %v", med, p5, lo, 20.5/40, 2.0/40, 1.0/40)
+	}
+	if m, p, l := dist(nil); m != 0 || p != 0 || l != 0 {
+		t.Errorf("dist(nil) = %v %v %v, want zeros", m, p, l)
+	}
 }

@@ -1,42 +1,122 @@
 #!/usr/bin/env python3
-# SSIM of pepd's transcodes (testbed/quality, make optimize-quality):
-# reads "index<TAB>original<TAB>webp" lines on stdin, prints
-# "index<TAB>ssim" (or "index<TAB>skip<TAB>reason") lines. Both images are
-# decoded with Pillow, composited over white (alpha), compared in RGB with
-# scikit-image's structural_similarity (Wang et al. 2004; 7x7 window,
-# data_range 255, channel_axis=2). Images under 7x7 are skipped.
+# SSIM of pepd's transcodes (testbed/quality, make optimize-quality).
+#
+#   python3 ssim.py LIST [WORKERS]
+#
+# LIST holds one pair a line: "key<TAB>original<TAB>webp". For each pair
+# the script prints "key<TAB>ssim<TAB>WxH<TAB>mode" or
+# "key<TAB>skip<TAB>reason", in LIST order, flushed line by line (the
+# caller counts them for progress). mode is the original's Pillow mode
+# ("RGB", "CMYK", "P", ...), with "+icc" when its ICC profile was applied
+# and "+icc-failed" when littlecms refused it. A CMYK JPEG without a
+# profile is converted naively (255-C-K...), as Chromium shows it.
+# Both images are decoded with Pillow; the original as a browser shows it:
+# EXIF orientation applied, an embedded ICC profile converted to sRGB
+# (littlecms, as libvips does for the WebP), 16-bit grey cut to 8 bits.
+# Both are composited over white (alpha) and compared in RGB with
+# scikit-image's structural_similarity (Wang et al. 2004; 7x7 uniform
+# window, data_range 255, channel_axis=2). Images under 7x7 pixels are
+# skipped ("smaller than 7x7"). Consecutive pairs with the same original
+# decode it once. WORKERS (default 2) processes share the work.
+import io
 import sys
 from multiprocessing import Pool
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageCms, ImageOps
 from skimage.metrics import structural_similarity
 
+SRGB = None
 
-def rgb(path):
-    im = Image.open(path)
-    im.seek(0)
+
+def srgb_profile():
+    global SRGB
+    if SRGB is None:
+        SRGB = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
+    return SRGB
+
+
+def over_white(im):
     im = im.convert("RGBA")
     bg = Image.new("RGBA", im.size, (255, 255, 255, 255))
     bg.alpha_composite(im)
     return np.asarray(bg.convert("RGB"))
 
 
-def one(line):
-    idx, orig, webp = line.rstrip("\n").split("\t")
+def original(path):
+    im = Image.open(path)
+    im.seek(0)
+    im.load()
+    mode = im.mode
+    icc = im.info.get("icc_profile")
+    im = ImageOps.exif_transpose(im)
+    if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+        a = np.asarray(im).astype(np.uint32) >> 8
+        im = Image.fromarray(a.clip(0, 255).astype(np.uint8), "L")
+    if icc:
+        try:
+            src = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+            if im.mode == "P":
+                im = im.convert("RGBA")
+            alpha = im.getchannel("A") if im.mode in ("RGBA", "LA") else None
+            base = im.convert("RGB") if im.mode in ("RGBA", "LA") else im
+            out = ImageCms.profileToProfile(base, src, srgb_profile(), outputMode="RGB")
+            if alpha is not None:
+                out.putalpha(alpha)
+            im = out
+            mode += "+icc"
+        except Exception:  # a profile littlecms refuses: shown without it
+            mode += "+icc-failed"
+    return over_white(im), mode
+
+
+def webp(path):
+    im = Image.open(path)
+    im.load()
+    return over_white(im)
+
+
+def group(pairs):
+    orig = pairs[0][1]
     try:
-        a, b = rgb(orig), rgb(webp)
+        a, mode = original(orig)
     except Exception as e:  # an original Pillow cannot read: reported, not fatal
-        return f"{idx}\tskip\tdecode: {type(e).__name__}"
-    if a.shape != b.shape:
-        return f"{idx}\tskip\tshape {a.shape} vs {b.shape}"
-    if min(a.shape[0], a.shape[1]) < 7:
-        return f"{idx}\tskip\tsmaller than 7x7"
-    return f"{idx}\t{structural_similarity(a, b, channel_axis=2, data_range=255):.5f}"
+        return [f"{k}\tskip\tdecode original: {type(e).__name__}" for k, _, _ in pairs]
+    out = []
+    for key, _, wp in pairs:
+        try:
+            b = webp(wp)
+        except Exception as e:
+            out.append(f"{key}\tskip\tdecode webp: {type(e).__name__}")
+            continue
+        if a.shape != b.shape:
+            out.append(f"{key}\tskip\tshape {a.shape[1]}x{a.shape[0]} vs {b.shape[1]}x{b.shape[0]}")
+        elif min(a.shape[0], a.shape[1]) < 7:
+            out.append(f"{key}\tskip\tsmaller than 7x7")
+        else:
+            s = structural_similarity(a, b, channel_axis=2, data_range=255)
+            out.append(f"{key}\t{s:.6f}\t{a.shape[1]}x{a.shape[0]}\t{mode}")
+    return out
+
+
+def main():
+    groups = []
+    with open(sys.argv[1]) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            key, orig, wp = line.split("\t")
+            if groups and groups[-1][0][1] == orig:
+                groups[-1].append((key, orig, wp))
+            else:
+                groups.append([(key, orig, wp)])
+    workers = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    with Pool(workers) as p:
+        for lines in p.imap(group, groups, chunksize=4):
+            for l in lines:
+                print(l, flush=True)
 
 
 if __name__ == "__main__":
-    lines = sys.stdin.readlines()
-    with Pool(int(sys.argv[1]) if len(sys.argv) > 1 else 2) as p:
-        for out in p.imap(one, lines, chunksize=16):
-            print(out, flush=False)
+    main()
