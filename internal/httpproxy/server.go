@@ -479,6 +479,18 @@ func (c *conn) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// CloseWrite shuts down the writing side (a FIN). net/http's server does
+// it before it closes a connection with input left unread (after a 431,
+// or a request body it did not read: its closeWriteAndWait), so that the
+// subscriber reads the answer and its end rather than a reset that can
+// discard it; without this method on the wrapper it was skipped.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *conn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		c.s.m.openConns.Dec()
