@@ -373,7 +373,8 @@ func (p *Proxy) decide(r *http.Request, src, orig netip.AddrPort, intercepted bo
 		return d.refuse(kindNone, string(guard.ReasonNotSubscriber), "source", src.Addr())
 	}
 	switch {
-	case r.Method == http.MethodConnect:
+	case strings.EqualFold(r.Method, http.MethodConnect):
+		// Any case: Squid's relaxed parser reads "connect" as CONNECT.
 		return d.refuse(kindNone, "CONNECT not allowed")
 	case strings.EqualFold(r.Method, "PURGE"):
 		return d.refuse(kindNone, "PURGE not allowed")
