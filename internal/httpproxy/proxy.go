@@ -289,11 +289,13 @@ type connCtxKey struct{}
 // the 403 body; details go to the log.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ci, _ := r.Context().Value(connCtxKey{}).(connInfo)
+	closeAfter := false
 	if ci != nil {
 		ci.setActive()
-		if ci.takeCloseNext() {
-			w = &closingWriter{ResponseWriter: w}
-		}
+		closeAfter = ci.takeCloseNext()
+	}
+	if closeAfter || ambiguousFraming(r) {
+		w = &closingWriter{ResponseWriter: w}
 	}
 	src, _ := netip.ParseAddrPort(r.RemoteAddr)
 	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
@@ -319,6 +321,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = d.ri.body
 	}
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, d.ri)))
+}
+
+// ambiguousFraming reports a request whose body framing a peer in front
+// of pepd may have read otherwise, so that the connection closes after
+// its response (RFC 9112 §6.1: a server MUST close after responding to a
+// request with both Content-Length and Transfer-Encoding, and after an
+// HTTP/1.0 request with Transfer-Encoding). net/http drops the
+// Content-Length of a chunked request, and the Transfer-Encoding of an
+// HTTP/1.0 one, before the handler sees them, and the relay reads only
+// the head it hands over (not those after it on the connection, nor one
+// larger than its buffer): so every chunked request closes, and every
+// HTTP/1.0 request with a Content-Length (issue 12: a request hidden after
+// the last chunk of such a request, after a handed-over one or behind an
+// 8 KiB head, was served as the next request).
+func ambiguousFraming(r *http.Request) bool {
+	return len(r.TransferEncoding) > 0 || !r.ProtoAtLeast(1, 1) && r.Header["Content-Length"] != nil
 }
 
 // closingWriter sets "Connection: close" as the head is written (after

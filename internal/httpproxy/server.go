@@ -431,7 +431,8 @@ type conn struct {
 	// with both Content-Length and Transfer-Encoding; its response closes
 	// the connection (RFC 9112 §6.1). Go's server drops the Content-Length
 	// before the handler could see it, so the relay, which read the raw
-	// head, sets this when it hands the connection over.
+	// head, sets this when it hands the connection over (the requests
+	// after it, and heads over the relay's buffer: ambiguousFraming).
 	closeNext atomic.Bool
 }
 
