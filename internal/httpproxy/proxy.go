@@ -253,6 +253,7 @@ type reqInfo struct {
 	st      *Settings
 	started time.Time
 	body    *subscriberBody // the subscriber's request body, nil without one
+	w       http.ResponseWriter
 }
 
 // subscriberBody is a subscriber's request body as the reverse proxy reads it;
@@ -289,11 +290,13 @@ type connCtxKey struct{}
 // the 403 body; details go to the log.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ci, _ := r.Context().Value(connCtxKey{}).(connInfo)
+	closeAfter := false
 	if ci != nil {
 		ci.setActive()
-		if ci.takeCloseNext() {
-			w = &closingWriter{ResponseWriter: w}
-		}
+		closeAfter = ci.takeCloseNext()
+	}
+	if closeAfter || ambiguousFraming(r) {
+		w = &closingWriter{ResponseWriter: w}
 	}
 	src, _ := netip.ParseAddrPort(r.RemoteAddr)
 	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
@@ -314,11 +317,28 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.ri.started = time.Now()
+	d.ri.w = w
 	if r.Body != nil && r.Body != http.NoBody {
 		d.ri.body = &subscriberBody{ReadCloser: r.Body}
 		r.Body = d.ri.body
 	}
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, d.ri)))
+}
+
+// ambiguousFraming reports a request whose body framing a peer in front
+// of pepd may have read otherwise, so that the connection closes after
+// its response (RFC 9112 §6.1: a server MUST close after responding to a
+// request with both Content-Length and Transfer-Encoding, and after an
+// HTTP/1.0 request with Transfer-Encoding). net/http drops the
+// Content-Length of a chunked request, and the Transfer-Encoding of an
+// HTTP/1.0 one, before the handler sees them, and the relay reads only
+// the head it hands over (not those after it on the connection, nor one
+// larger than its buffer): so every chunked request closes, and every
+// HTTP/1.0 request with a Content-Length (issue 12: a request hidden after
+// the last chunk of such a request, after a handed-over one or behind an
+// 8 KiB head, was served as the next request).
+func ambiguousFraming(r *http.Request) bool {
+	return len(r.TransferEncoding) > 0 || !r.ProtoAtLeast(1, 1) && r.Header["Content-Length"] != nil
 }
 
 // closingWriter sets "Connection: close" as the head is written (after
@@ -373,7 +393,8 @@ func (p *Proxy) decide(r *http.Request, src, orig netip.AddrPort, intercepted bo
 		return d.refuse(kindNone, string(guard.ReasonNotSubscriber), "source", src.Addr())
 	}
 	switch {
-	case r.Method == http.MethodConnect:
+	case strings.EqualFold(r.Method, http.MethodConnect):
+		// Any case: Squid's relaxed parser reads "connect" as CONNECT.
 		return d.refuse(kindNone, "CONNECT not allowed")
 	case strings.EqualFold(r.Method, "PURGE"):
 		return d.refuse(kindNone, "PURGE not allowed")
@@ -743,12 +764,58 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		// passed as it is: not rewritten, and marked uncacheable for any
 		// cache after pepd.
 		resp.Header.Set("Cache-Control", "no-store")
-		return nil
+	} else {
+		p.rc[ri.mode][ri.kind][outSquid].Inc()
+		p.radioDone(dietHeader(resp.Header))
+		p.adjustResponse(resp, ri)
 	}
-	p.rc[ri.mode][ri.kind][outSquid].Inc()
-	p.radioDone(dietHeader(resp.Header))
-	p.adjustResponse(resp, ri)
+	if resp.Body != nil && resp.Body != http.NoBody && ri.w != nil {
+		// Read from here on only after the head is written.
+		resp.Body = &truncatedBody{ReadCloser: resp.Body, w: ri.w, r: resp.Request, m: p.m}
+	}
 	return nil
+}
+
+// truncatedBody is an upstream response body as httputil.ReverseProxy
+// copies it to the subscriber, after the head. When it fails before its
+// end (Squid closed mid-body, a bad chunk) the head and what came are
+// flushed before the ReverseProxy aborts the handler (which closes the
+// connection), and the response is counted as truncated: the subscriber
+// sees a truncation it can detect (short of Content-Length, or no last
+// chunk), as on the relay (issue 12, D5). Without the flush net/http's
+// buffer (the first 4 KB of a Content-Length response) was dropped and the
+// connection closed without any answer.
+type truncatedBody struct {
+	io.ReadCloser
+	w      http.ResponseWriter
+	r      *http.Request
+	m      *Metrics
+	err    error // held back for the next Read, so that the bytes that came with it are written first
+	failed bool
+}
+
+func (b *truncatedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return b.fail()
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err == nil || err == io.EOF || b.r.Context().Err() != nil {
+		return n, err // done, or the subscriber went away
+	}
+	b.err = err
+	if n > 0 {
+		return n, nil
+	}
+	return b.fail()
+}
+
+func (b *truncatedBody) fail() (int, error) {
+	if !b.failed {
+		b.failed = true
+		b.m.truncated.Inc()
+		http.NewResponseController(b.w).Flush()
+	}
+	return 0, b.err
 }
 
 // adjustResponse is what pepd changes in a response from Squid, on both

@@ -431,7 +431,8 @@ type conn struct {
 	// with both Content-Length and Transfer-Encoding; its response closes
 	// the connection (RFC 9112 §6.1). Go's server drops the Content-Length
 	// before the handler could see it, so the relay, which read the raw
-	// head, sets this when it hands the connection over.
+	// head, sets this when it hands the connection over (the requests
+	// after it, and heads over the relay's buffer: ambiguousFraming).
 	closeNext atomic.Bool
 }
 
@@ -477,6 +478,18 @@ func (c *conn) Write(b []byte) (int, error) {
 		c.s.m.timeouts.WithLabelValues("write").Inc()
 	}
 	return n, err
+}
+
+// CloseWrite shuts down the writing side (a FIN). net/http's server does
+// it before it closes a connection with input left unread (after a 431,
+// or a request body it did not read: its closeWriteAndWait), so that the
+// subscriber reads the answer and its end rather than a reset that can
+// discard it; without this method on the wrapper it was skipped.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (c *conn) Close() error {
