@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"pep/internal/cachepolicy"
 	"pep/internal/guard"
 	"pep/internal/mode"
 	"pep/internal/optimize"
@@ -329,6 +330,7 @@ type pepdOpts struct {
 	stdlib        bool                            // serve with net/http only, no relay
 	upTimeout     time.Duration                   // Options.UpstreamTimeout; zero: 10s
 	optimize      *optimize.Policy                // Options.Optimize
+	cache         *cachepolicy.Policy             // Options.Cache
 }
 
 var testVIP = netip.MustParseAddr("192.0.2.12")
@@ -357,7 +359,7 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 	sw := mode.NewSwitch(o.mode)
 	p, err := New(Options{
 		VIP: testVIP, Squid: o.squid, SquidProxyProtocol: o.proxyProtocol, Mode: sw, Log: log, Metrics: m,
-		UpstreamTimeout: cmp.Or(o.upTimeout, 10*time.Second), Optimize: o.optimize,
+		UpstreamTimeout: cmp.Or(o.upTimeout, 10*time.Second), Optimize: o.optimize, Cache: o.cache,
 		Settings: Settings{
 			Policy:       guard.New(guard.Options{Subscribers: subs, AllowedPorts: o.ports, Allow: allow, Self: []netip.Addr{testVIP}}),
 			Resolver:     &Resolver{Servers: []string{o.resolver}, Timeout: time.Second},
