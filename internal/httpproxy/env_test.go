@@ -200,6 +200,13 @@ func startSquid(t testing.TB, c SquidConf) *squid {
 // startSquidExtra is startSquid with extra lines appended to the config.
 func startSquidExtra(t testing.TB, c SquidConf, extra string) *squid {
 	t.Helper()
+	return startSquidSized(t, c, extra, 100, 32)
+}
+
+// startSquidSized is startSquidExtra with a cache_dir of dirMB and a
+// cache_mem of memMB megabytes.
+func startSquidSized(t testing.TB, c SquidConf, extra string, dirMB, memMB int) *squid {
+	t.Helper()
 	bin, err := exec.LookPath("squid")
 	if err != nil {
 		if bin, err = exec.LookPath("/usr/sbin/squid"); err != nil {
@@ -215,7 +222,7 @@ func startSquidExtra(t testing.TB, c SquidConf, extra string) *squid {
 	c.CacheDir = filepath.Join(dir, "cache")
 	c.LogDir = dir
 	c.PidFile = filepath.Join(dir, "squid.pid")
-	c.CacheDirMB, c.CacheMemMB, c.ShutdownSeconds = 100, 32, 0
+	c.CacheDirMB, c.CacheMemMB, c.ShutdownSeconds = dirMB, memMB, 0
 	if c.User == "" {
 		c.User = "proxy"
 	}
