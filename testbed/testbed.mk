@@ -21,7 +21,12 @@ PAGES         ?=
 OUT           ?= testbed-out
 TESTBED_FLAGS ?= -parallel 6
 
-.PHONY: testbed testbed-report testbed-smoke testbed-clean optimize-quality
+.PHONY: testbed testbed-report testbed-smoke testbed-clean optimize-quality cache-trace
+
+# make cache-trace: the tp5n corpus (shared/ beside the repository) and the
+# page views of the trace (internal/cachepolicy/README.md).
+CACHE_TRACE_CORPUS ?= ../shared/corpus/tp5n.tar.gz
+CACHE_TRACE_VIEWS  ?= 20000
 
 testbed: deps build ## run the paper's experiment (CORPUS= PROFILE= MODES= RUNS= PAGES= OUT=), print OUT/report.md
 	$(BIN)/testbed run -corpus '$(CORPUS)' -profile '$(PROFILE)' -modes '$(MODES)' -optimize '$(OPTIMIZE)' -runs $(RUNS) \
@@ -36,7 +41,12 @@ testbed-smoke: deps build ## the testbed smoke test: a few tp5n pages, fast prof
 testbed-clean: build ## remove namespaces and files left by killed testbed runs
 	$(BIN)/testbed clean
 
-QUALITIES ?= 50,60,70,75,85
+QUALITIES ?= 50,60,70,75,80,90
 
 optimize-quality: deps build ## the optimizer's image quality report: SSIM and bytes per WebP quality over the default pages and tp5n (QUALITIES=, OUT=)
 	$(BIN)/testbed quality -q '$(QUALITIES)' -out '$(OUT)/quality'
+
+cache-trace: deps ## replay a tp5n browsing trace (Zipf pages, fixed seed) through pepd+Squid, admission off then second-hit: disk writes, hit ratios, origin bytes (root)
+	set -o pipefail; PEP_CACHE_TRACE='$(abspath $(CACHE_TRACE_CORPUS))' PEP_CACHE_TRACE_VIEWS=$(CACHE_TRACE_VIEWS) \
+	  $(GO) test -count=1 -timeout 90m -run '^TestCacheTrace$$' -v ./internal/httpproxy/ 2>&1 | \
+	  grep -E 'cachetrace_test|^(--- |ok|FAIL|panic)'

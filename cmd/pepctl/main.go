@@ -4,6 +4,7 @@
 //	pepctl [-admin 127.0.0.1:9090] mode [off|dns|url]   print or switch the mode
 //	pepctl [-admin 127.0.0.1:9090] status               mode, health, main counters
 //	pepctl [-admin 127.0.0.1:9090] optimize [on|off]    print or switch the optimizer
+//	pepctl [-admin 127.0.0.1:9090] cache                the cache's status (GET /cache)
 //	pepctl optimize-image [-quality N] [-o out.webp] FILE  run pepd's image transform on a file
 //	pepctl optimize-text [-o out.gz] FILE                  run pepd's text transform on a file
 //	pepctl rewrite-html -vip IP -base URL < in.html > out.html
@@ -39,6 +40,7 @@ const usage = `usage:
   pepctl [-admin ADDR[,ADDR...]] mode [off|dns|url]
   pepctl [-admin ADDR[,ADDR...]] status
   pepctl [-admin ADDR[,ADDR...]] optimize [on|off]
+  pepctl [-admin ADDR[,ADDR...]] cache [-json]
         (several admin addresses: every gateway of an array, each line prefixed by its address)
   pepctl optimize-image [-quality N] [-max-pixels N] [-o out.webp] FILE
   pepctl optimize-text [-o out.gz] FILE
@@ -84,6 +86,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			return c.print(w, "PUT", "/optimize", rest[0])
 		})
+	case "cache":
+		if len(rest) > 1 || len(rest) == 1 && rest[0] != "-json" {
+			fmt.Fprint(stderr, cacheUsage)
+			return 2
+		}
+		err = eachAdmin(*adminAddr, stdout, stderr, func(c *client, w io.Writer) error { return c.cache(w, len(rest) == 1) })
 	case "optimize-image", "optimize-text":
 		err = optimizeFile(cmd, rest, stdout, stderr)
 	case "rewrite-html":
@@ -115,6 +123,38 @@ const modeUsage = `usage: pepctl [-admin ADDR[,ADDR...]] mode [off|dns|url]
 The switch takes effect for the next request and DNS query; open connections stay.
 With several admin addresses every gateway of an array is switched.
 `
+
+const cacheUsage = `usage: pepctl [-admin ADDR[,ADDR...]] cache [-json]
+  the cache's status (GET /cache): admission (off, second-hit) and pepd's marks
+  (first-seen: admissions refused; private), Squid's hit ratio by requests and
+  bytes, objects and bytes in memory and on disk, disk writes (swap outs), read
+  from Squid's cache manager on loopback. -json prints the JSON document.
+`
+
+// cache prints GET /cache, as text or (asJSON) the JSON document.
+func (c *client) cache(w io.Writer, asJSON bool) error {
+	req, err := http.NewRequest("GET", c.base+"/cache", nil)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		req.Header.Set("Accept", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /cache: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	_, err = w.Write(b)
+	return err
+}
 
 // eachAdmin runs f against every admin address of the comma-separated list
 // (a gateway array, docs/operations.md §6), one after the other. With one
@@ -378,6 +418,8 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 		sc.Peers = strings.Split(*peers, ",")
 		sc.PeerListen = *peerListen
 	}
+	sc.Admission = cfg.Cache.Admission == "second-hit"
+	sc.MemoryMaxObjectKB = int((cfg.Cache.MemoryMaxObject + 1023) / 1024)
 	sc.Optimizer = cfg.Optimize.Listen
 	if strings.HasPrefix(sc.Optimizer, ":") {
 		sc.Optimizer = "127.0.0.1" + sc.Optimizer

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	"pep/internal/admin"
+	"pep/internal/cachepolicy"
 	"pep/internal/mode"
 )
 
@@ -143,5 +146,77 @@ func squidParse(t *testing.T, conf []byte) {
 	os.WriteFile(f, conf, 0o644)
 	if b, err := exec.Command(bin, "-k", "parse", "-f", f).CombinedOutput(); err != nil || bytes.Contains(b, []byte("ERROR")) || bytes.Contains(b, []byte("FATAL")) {
 		t.Errorf("squid -k parse: %v\n%s", err, b)
+	}
+}
+
+// TestSquidConfAdmission: cache.admission second-hit renders the
+// store_miss rule and cache.memory_max_object the memory bound; the
+// defaults render neither the rule nor another bound. Squid parses both.
+func TestSquidConfAdmission(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "pepd.yaml")
+	if err := os.WriteFile(cfg, []byte("cache:\n  admission: second-hit\n  memory_max_object: 512KiB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args          []string
+		want, wantNot []string
+	}{
+		{[]string{"-config", cfg}, []string{"acl pep_first req_header Pep-First .\nstore_miss deny pep_first\n",
+			"maximum_object_size_in_memory 512 KB\n", "request_header_access Pep-First deny all\n"}, nil},
+		{nil, []string{"maximum_object_size_in_memory 1024 KB\n", "request_header_access Pep-First deny all\n",
+			"http_access allow localhost manager\nhttp_access deny manager\n", "cache deny manager\n"}, []string{"store_miss", "pep_first"}},
+	} {
+		var out, errb bytes.Buffer
+		args := append([]string{"squid-conf", "-template", "../../configs/squid.conf", "-cache-dir", "/tmp/x", "-log-dir", "/tmp"}, tc.args...)
+		if st := run(args, nil, &out, &errb); st != 0 {
+			t.Fatalf("status %d: %s", st, errb.String())
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%v: squid.conf lacks %q", tc.args, want)
+			}
+		}
+		for _, not := range tc.wantNot {
+			if strings.Contains(out.String(), not) {
+				t.Errorf("%v: squid.conf has %q", tc.args, not)
+			}
+		}
+		squidParse(t, out.Bytes())
+	}
+}
+
+// TestCacheCommand: pepctl cache prints GET /cache as text, -json the
+// JSON document, through the admin API's handler.
+func TestCacheCommand(t *testing.T) {
+	st := cachepolicy.Status{Admission: "second-hit", Window: "1h0m0s", Pepd: cachepolicy.Counts{FirstSeen: 7, Admitted: 3, Private: 2},
+		Squid:    &cachepolicy.SquidStats{Requests: 10, Hits: 4, SentBytes: 10240, HitSentBytes: 2048, SwapOuts: 3, DiskObjects: 3, DiskBytes: 12288},
+		HitRatio: 0.4, ByteHitRatio: 0.2}
+	srv := httptest.NewServer(admin.Handler(admin.Options{Mode: mode.NewSwitch(mode.Off),
+		Cache: func(context.Context) cachepolicy.Status { return st }}))
+	defer srv.Close()
+	a := strings.TrimPrefix(srv.URL, "http://")
+	var out, errb bytes.Buffer
+	if code := run([]string{"-admin", a, "cache"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("status %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"admission: second-hit (window 1h0m0s)\n", "first-seen (admissions refused): 7\n", "private requests: 2\n",
+		"hit ratio: 40.0 %\n", "byte hit ratio: 20.0 %\n", "disk: 3 objects, 12288 bytes\n", "disk writes (swap outs): 3\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("pepctl cache lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if code := run([]string{"-admin", a, "cache", "-json"}, nil, &out, &errb); code != 0 {
+		t.Fatalf("status %d: %s", code, errb.String())
+	}
+	var got cachepolicy.Status
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if got.Pepd != st.Pepd || *got.Squid != *st.Squid || got.Collapsed != nil {
+		t.Errorf("JSON %+v, want %+v", got, st)
+	}
+	if code := run([]string{"-admin", a, "cache", "extra"}, nil, &out, &errb); code != 2 {
+		t.Errorf("status %d for a bad argument, want 2", code)
 	}
 }

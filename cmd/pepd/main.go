@@ -39,6 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"pep/internal/admin"
+	"pep/internal/cachepolicy"
 	"pep/internal/config"
 	"pep/internal/dnsproxy"
 	"pep/internal/guard"
@@ -197,10 +198,14 @@ type pepd struct {
 	reg      *prometheus.Registry
 	mode     *mode.Switch
 	optimize *optimize.Policy
-	rwm      *rewrite.Metrics
-	proxy    *httpproxy.Proxy
-	httpSrv  *httpproxy.Server
-	healthAt string // the address the watchdog probes
+	// cache is the cache policy (admission, marks' counters) and
+	// cacheStatus what GET /cache shows (internal/cachepolicy).
+	cache       *cachepolicy.Policy
+	cacheStatus *cachepolicy.StatusSource
+	rwm         *rewrite.Metrics
+	proxy       *httpproxy.Proxy
+	httpSrv     *httpproxy.Server
+	healthAt    string // the address the watchdog probes
 
 	// services are started by start and stopped by shutdown, in order.
 	services []service
@@ -235,10 +240,13 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 	if err := d.buildOptimizer(cfg); err != nil {
 		return nil, err
 	}
+	if err := d.buildCache(cfg); err != nil {
+		return nil, err
+	}
 	d.proxy, err = httpproxy.New(httpproxy.Options{
 		VIP: cfg.VIP, Squid: cfg.Squid, SquidProxyProtocol: cfg.SquidProxyProtocol,
 		UpstreamTimeout: cfg.HTTP.UpstreamTimeout, Mode: d.mode, Log: log, Metrics: hm, Settings: st,
-		Optimize: d.optimize,
+		Optimize: d.optimize, Cache: d.cache,
 	})
 	if err != nil {
 		return nil, err
@@ -296,7 +304,7 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 			return nil, fmt.Errorf("admin: listen %q: %w", cfg.Listen.Admin, err)
 		}
 		srv := &http.Server{Handler: admin.Handler(admin.Options{Mode: d.mode, Optimize: d.optimize.Switch,
-			Gatherer: d.reg, Health: d.health, Log: log}),
+			Cache: d.cacheStatus.Status, Gatherer: d.reg, Health: d.health, Log: log}),
 			ReadHeaderTimeout: 5 * time.Second}
 		d.services = append(d.services, service{name: "admin " + ln.Addr().String(),
 			serve: func() error { return srv.Serve(ln) }, shutdown: srv.Shutdown})
@@ -358,6 +366,45 @@ func (d *pepd) buildOptimizer(cfg *config.Config) error {
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	d.services = append(d.services, service{name: "optimize " + ln.Addr().String(),
 		serve: func() error { return hs.Serve(ln) }, shutdown: hs.Shutdown})
+	return nil
+}
+
+// buildCache creates the cache policy (second-hit admission when
+// cache.admission says so; the private opt-out's counter either way) and
+// the status interface: Squid's cache manager read on loopback for GET
+// /cache and for every /metrics scrape (pep_cache_*). SIGHUP switches
+// admission on and off when pepd started with it; window and filter size
+// need a restart.
+func (d *pepd) buildCache(cfg *config.Config) error {
+	k := cfg.Cache
+	var adm *cachepolicy.Admission
+	if k.Admission == cachepolicy.AdmissionSecondHit {
+		var err error
+		if adm, err = cachepolicy.NewAdmission(cachepolicy.AdmissionOptions{Window: k.Window, Items: k.FilterItems}); err != nil {
+			return err
+		}
+		d.log.Info("cache admission", "admission", k.Admission, "window", k.Window, "filter_bytes", adm.FilterBytes())
+	}
+	d.cache = cachepolicy.NewPolicy(adm, adm != nil)
+	if err := d.cache.Register(d.reg); err != nil {
+		return err
+	}
+	mgr := &cachepolicy.Manager{Addr: cfg.Squid, ProxyProtocol: cfg.SquidProxyProtocol, Timeout: k.StatusTimeout}
+	if err := d.reg.Register(&cachepolicy.Collector{Manager: mgr}); err != nil {
+		return err
+	}
+	d.cacheStatus = &cachepolicy.StatusSource{Policy: d.cache, Window: k.Window, Manager: mgr}
+	d.reloaders = append(d.reloaders, func(c *config.Config) error {
+		on := c.Cache.Admission == cachepolicy.AdmissionSecondHit
+		if on && adm == nil {
+			d.log.Warn("cache.admission second-hit needs a restart (pepd started with it off)")
+			return nil
+		}
+		if prev := d.cache.SetAdmission(on); prev != on {
+			d.log.Info("cache admission switched", "admission", c.Cache.Admission, "by", "SIGHUP")
+		}
+		return nil
+	})
 	return nil
 }
 
@@ -513,6 +560,9 @@ func (d *pepd) reload(f *config.Flags) error {
 		"http.idle_timeout":        {d.cfg.HTTP.IdleTimeout, c.HTTP.IdleTimeout},
 		"http.upstream_timeout":    {d.cfg.HTTP.UpstreamTimeout, c.HTTP.UpstreamTimeout},
 		"http.max_conns":           {d.cfg.HTTP.MaxConns, c.HTTP.MaxConns}, "log.format": {d.cfg.Log.Format, c.Log.Format},
+		"cache.window":         {d.cfg.Cache.Window, c.Cache.Window},
+		"cache.filter_items":   {d.cfg.Cache.FilterItems, c.Cache.FilterItems},
+		"cache.status_timeout": {d.cfg.Cache.StatusTimeout, c.Cache.StatusTimeout},
 	}
 	for k, v := range restart {
 		if !reflect.DeepEqual(v[0], v[1]) {

@@ -49,7 +49,7 @@ func TestProcess(t *testing.T) {
 	writeCfg := func(mode string) {
 		cfg := "mode: " + mode + "\nsubscribers: [198.18.0.0/24, 127.0.0.0/8]\nresolvers: [" + resolver + "]\nsquid: 127.0.0.1:3128\n" +
 			"listen:\n  http: " + httpAddr + "\n  dns: " + dnsAddr + "\n  admin: " + admin + "\n" +
-			"dns:\n  rewrite_domains: [foo.com]\n"
+			"dns:\n  rewrite_domains: [foo.com]\ncache:\n  admission: second-hit\n  status_timeout: 500ms\n"
 		if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -136,6 +136,14 @@ func TestProcess(t *testing.T) {
 	}
 	if got := get("/metrics"); !strings.Contains(got, `pep_admin_mode{mode="url"} 1`) || !strings.Contains(got, "pep_http_open_connections") {
 		t.Errorf("/metrics lacks pep_admin_mode or pep_http_* series")
+	}
+	// The cache status: admission as configured, Squid's figures missing
+	// (no Squid behind this pepd) and said so, never an error page.
+	if got := get("/cache"); !strings.Contains(got, "admission: second-hit (window 1h0m0s)\n") || !strings.Contains(got, "squid: cachepolicy: squid manager") {
+		t.Errorf("/cache = %q", got)
+	}
+	if got := get("/metrics"); !strings.Contains(got, "pep_cache_squid_up 0") || !strings.Contains(got, "pep_cache_admission_enabled 1") {
+		t.Errorf("/metrics lacks pep_cache_squid_up 0 or pep_cache_admission_enabled 1")
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	for range logs {

@@ -8,6 +8,9 @@
 //	PUT  /optimize switch it; body "on"/"off" (text/plain) or {"enabled":true} (application/json);
 //	               answers the new and the previous state. POST is accepted as well. 404 when
 //	               pepd runs no optimizer switch.
+//	GET  /cache    the cache's status (cachepolicy.Status): admission, pepd's marks, Squid's
+//	               hit ratios, memory and disk objects and bytes, disk writes; text, or JSON
+//	               with Accept: application/json. 404 when pepd runs no cache status.
 //	GET  /metrics  Prometheus metrics
 //	GET  /healthz  200 "ok" when the HTTP listener answers, 503 and the error otherwise
 //
@@ -31,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"pep/internal/cachepolicy"
 	"pep/internal/mode"
 	"pep/internal/optimize"
 )
@@ -41,6 +45,9 @@ type Options struct {
 	Mode *mode.Switch
 	// Optimize is the switch /optimize reads and writes; nil: no /optimize.
 	Optimize *optimize.Switch
+	// Cache is /cache's source, called with the request's context; nil:
+	// no /cache.
+	Cache func(context.Context) cachepolicy.Status
 	// Gatherer serves /metrics. Nil: prometheus.DefaultGatherer.
 	Gatherer prometheus.Gatherer
 	// Health is /healthz's check, run with a 2s deadline. Nil: always
@@ -95,6 +102,18 @@ func Handler(o Options) http.Handler {
 	}
 	mux.HandleFunc("PUT /mode", put)
 	mux.HandleFunc("POST /mode", put)
+	if o.Cache != nil {
+		mux.HandleFunc("GET /cache", func(w http.ResponseWriter, r *http.Request) {
+			st := o.Cache(r.Context())
+			if strings.Contains(r.Header.Get("Accept"), "application/json") {
+				w.Header().Set("Content-Type", "application/json")
+				json.NewEncoder(w).Encode(st)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			st.WriteText(w)
+		})
+	}
 	if o.Optimize != nil {
 		mux.HandleFunc("GET /optimize", func(w http.ResponseWriter, r *http.Request) {
 			writeOptimize(w, r, OptimizeBody{Enabled: o.Optimize.On()})

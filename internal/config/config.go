@@ -71,6 +71,10 @@ type Config struct {
 	// Optimize is the optimizer (internal/optimize, issue 11): images to
 	// WebP, gzip for uncompressed text, behind Squid as its parent.
 	Optimize Optimize `yaml:"optimize"`
+	// Cache is pepd's part of caching beyond the private opt-out: second-hit
+	// disk admission, the memory cache's object bound, the status
+	// interface (internal/cachepolicy, issue 13).
+	Cache Cache `yaml:"cache"`
 	// Radio are socket options of the subscriber-facing connections.
 	Radio Radio `yaml:"radio"`
 	Log   Log   `yaml:"log"`
@@ -223,6 +227,35 @@ type Optimize struct {
 	ExcludeFile string `yaml:"exclude_file"`
 }
 
+// Cache holds the cache settings (internal/cachepolicy). Admission also
+// changes configs/squid.conf (pepctl squid-conf renders its rule from this
+// section): render it again and reload Squid when switching it on.
+type Cache struct {
+	// Admission is "off" (every cacheable miss is stored, Squid's own
+	// behaviour) or "second-hit" (CacheSifter, seed 001: a miss whose URL
+	// pepd has not seen within Window is served but not stored; the next
+	// request for it stores it). Default "off". SIGHUP switches between
+	// them when pepd started with second-hit (the filter exists); from off
+	// it needs a restart.
+	Admission string `yaml:"admission"`
+	// Window is how long pepd remembers a URL for admission: a second
+	// request within Window of the first is stored, one after 2*Window is
+	// first-seen again. Default 1h. Restart to change.
+	Window time.Duration `yaml:"window"`
+	// FilterItems is the number of distinct URLs each of the two Bloom
+	// filters holds at a 1 % false-positive rate (about 1.2 bytes each); a
+	// full filter rotates early (the window shrinks). Default 1000000
+	// (2.4 MB). Restart to change.
+	FilterItems int `yaml:"filter_items"`
+	// MemoryMaxObject is Squid's maximum_object_size_in_memory (rendered by
+	// pepctl squid-conf, in KiB): larger objects skip the memory cache.
+	// Default 1MiB.
+	MemoryMaxObject ByteSize `yaml:"memory_max_object"`
+	// StatusTimeout bounds one read of Squid's cache manager (GET /cache,
+	// a /metrics scrape). Default 2s.
+	StatusTimeout time.Duration `yaml:"status_timeout"`
+}
+
 // Radio holds socket options of subscriber-facing TCP connections (issue
 // 11, "a short radio queue"); each is kept only where measured to lower
 // PLT or LCP (internal/httpproxy/README.md).
@@ -286,6 +319,8 @@ func Default() Config {
 		Guard:   Guard{AllowedPorts: []uint16{80}},
 		Optimize: Optimize{Listen: "127.0.0.1:3131", Quality: 75, MaxPixels: 40_000_000, MinSaving: 0.10,
 			MaxBodyBytes: 8 << 20, Deadline: 200 * time.Millisecond},
+		Cache: Cache{Admission: "off", Window: time.Hour, FilterItems: 1_000_000, MemoryMaxObject: 1 << 20,
+			StatusTimeout: 2 * time.Second},
 		Log: Log{Level: "info", Format: "text"},
 	}
 }
@@ -603,6 +638,19 @@ func (c *Config) Validate() error {
 		if _, err := os.Stat(o.ExcludeFile); err != nil {
 			return field.Errorf("optimize.exclude_file", "%w", err)
 		}
+	}
+	k := c.Cache
+	switch {
+	case !oneOf(k.Admission, "off", "second-hit"):
+		return field.Errorf("cache.admission", "%q is not one of off, second-hit", k.Admission)
+	case k.Window < time.Second:
+		return field.Errorf("cache.window", "%v is below 1s", k.Window)
+	case k.FilterItems < 1000 || k.FilterItems > 1_000_000_000:
+		return field.Errorf("cache.filter_items", "%d is outside 1000..1000000000", k.FilterItems)
+	case k.MemoryMaxObject < 1<<10 || k.MemoryMaxObject > 1<<30:
+		return field.Errorf("cache.memory_max_object", "%d is outside 1KiB..1GiB", k.MemoryMaxObject)
+	case k.StatusTimeout <= 0:
+		return field.Errorf("cache.status_timeout", "%v must be positive", k.StatusTimeout)
 	}
 	if c.Radio.NotsentLowat < 0 || c.Radio.MaxPacingRate < 0 {
 		return field.Errorf("radio", "sizes must not be negative")

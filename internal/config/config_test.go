@@ -41,6 +41,9 @@ func TestEmptyFileIsDefaults(t *testing.T) {
 	if c.Mode != mode.Off || c.Squid != "127.0.0.1:3128" || !c.SquidProxyProtocol {
 		t.Errorf("defaults not applied: %+v", c)
 	}
+	if k := c.Cache; k.Admission != "off" || k.Window != time.Hour || k.FilterItems != 1_000_000 || k.MemoryMaxObject != 1<<20 || k.StatusTimeout != 2*time.Second {
+		t.Errorf("cache defaults: %+v", k)
+	}
 }
 
 // TestErrors checks that every error names the file, the line and the field.
@@ -67,6 +70,11 @@ func TestErrors(t *testing.T) {
 		{"bad host mismatch", "http:\n  host_mismatch: cache\n", `bad.yaml:2: http.host_mismatch: "cache" is not one of direct, refuse`},
 		{"syntax", "mode: [url\n", `bad.yaml: 1: did not find expected`},
 		{"no subscribers", "subscribers: []\n", `bad.yaml:1: subscribers: at least one subscriber range is needed`},
+		{"bad admission", "cache:\n  admission: lfu\n", `bad.yaml:2: cache.admission: "lfu" is not one of off, second-hit`},
+		{"short window", "cache:\n  admission: second-hit\n  window: 10ms\n", `bad.yaml:3: cache.window: 10ms is below 1s`},
+		{"small filter", "cache:\n  filter_items: 10\n", `bad.yaml:2: cache.filter_items: 10 is outside 1000..1000000000`},
+		{"memory object bound", "cache:\n  memory_max_object: 2GiB\n", `bad.yaml:2: cache.memory_max_object: 2147483648 is outside 1KiB..1GiB`},
+		{"unknown cache key", "cache:\n  admision: off\n", `bad.yaml:2: cache: unknown key "admision" (did you mean "admission"?)`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

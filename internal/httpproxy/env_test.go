@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"pep/internal/cachepolicy"
 	"pep/internal/guard"
 	"pep/internal/mode"
 	"pep/internal/optimize"
@@ -199,6 +200,13 @@ func startSquid(t testing.TB, c SquidConf) *squid {
 // startSquidExtra is startSquid with extra lines appended to the config.
 func startSquidExtra(t testing.TB, c SquidConf, extra string) *squid {
 	t.Helper()
+	return startSquidSized(t, c, extra, 100, 32)
+}
+
+// startSquidSized is startSquidExtra with a cache_dir of dirMB and a
+// cache_mem of memMB megabytes.
+func startSquidSized(t testing.TB, c SquidConf, extra string, dirMB, memMB int) *squid {
+	t.Helper()
 	bin, err := exec.LookPath("squid")
 	if err != nil {
 		if bin, err = exec.LookPath("/usr/sbin/squid"); err != nil {
@@ -214,7 +222,7 @@ func startSquidExtra(t testing.TB, c SquidConf, extra string) *squid {
 	c.CacheDir = filepath.Join(dir, "cache")
 	c.LogDir = dir
 	c.PidFile = filepath.Join(dir, "squid.pid")
-	c.CacheDirMB, c.CacheMemMB, c.ShutdownSeconds = 100, 32, 0
+	c.CacheDirMB, c.CacheMemMB, c.ShutdownSeconds = dirMB, memMB, 0
 	if c.User == "" {
 		c.User = "proxy"
 	}
@@ -329,6 +337,7 @@ type pepdOpts struct {
 	stdlib        bool                            // serve with net/http only, no relay
 	upTimeout     time.Duration                   // Options.UpstreamTimeout; zero: 10s
 	optimize      *optimize.Policy                // Options.Optimize
+	cache         *cachepolicy.Policy             // Options.Cache
 }
 
 var testVIP = netip.MustParseAddr("192.0.2.12")
@@ -357,7 +366,7 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 	sw := mode.NewSwitch(o.mode)
 	p, err := New(Options{
 		VIP: testVIP, Squid: o.squid, SquidProxyProtocol: o.proxyProtocol, Mode: sw, Log: log, Metrics: m,
-		UpstreamTimeout: cmp.Or(o.upTimeout, 10*time.Second), Optimize: o.optimize,
+		UpstreamTimeout: cmp.Or(o.upTimeout, 10*time.Second), Optimize: o.optimize, Cache: o.cache,
 		Settings: Settings{
 			Policy:       guard.New(guard.Options{Subscribers: subs, AllowedPorts: o.ports, Allow: allow, Self: []netip.Addr{testVIP}}),
 			Resolver:     &Resolver{Servers: []string{o.resolver}, Timeout: time.Second},

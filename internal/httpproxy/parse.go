@@ -127,9 +127,10 @@ func parseRequestHead(head []byte, h *reqHead) bool {
 		case eqFold(name, "keep-alive"), eqFold(name, "proxy-connection"), eqFold(name, "proxy-authorization"),
 			eqFold(name, "proxy-authenticate"), eqFold(name, "trailer"), eqFold(name, "forwarded"),
 			eqFold(name, "x-forwarded-for"), eqFold(name, "x-forwarded-host"), eqFold(name, "x-forwarded-proto"):
-		case eqFold(name, "pep-optimize"):
-			// pepd's own mark for the optimizer (optimize.MarkHeader): a
-			// subscriber's is dropped, pepd decides.
+		case eqFold(name, "pep-optimize"), eqFold(name, "pep-first"):
+			// pepd's own marks for the optimizer (optimize.MarkHeader)
+			// and for admission (cachepolicy.FirstHeader): a
+			// subscriber's are dropped, pepd decides.
 		case eqFold(name, "range"):
 			h.rng = true
 			h.lines = append(h.lines, l)

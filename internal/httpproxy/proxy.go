@@ -88,6 +88,10 @@ type Options struct {
 	// (optimize.Policy.Mark) and counts transformed variants served; nil:
 	// no optimizer.
 	Optimize *optimize.Policy
+	// Cache decides the cache marks of requests to Squid (second-hit
+	// admission's cachepolicy.FirstHeader) and counts them and the
+	// private ones (cachepolicy.Policy.Mark); nil: no admission, no counts.
+	Cache *cachepolicy.Policy
 	// Settings are the reloadable settings at start.
 	Settings Settings
 }
@@ -118,6 +122,7 @@ type Proxy struct {
 	vipStr     string
 	mode       *mode.Switch
 	opt        *optimize.Policy
+	cache      *cachepolicy.Policy
 	log        *slog.Logger
 	m          *Metrics
 	rc         *requestCounters
@@ -156,6 +161,7 @@ func New(o Options) (*Proxy, error) {
 		vipStr:    o.VIP.Unmap().String(),
 		mode:      o.Mode,
 		opt:       o.Optimize,
+		cache:     o.Cache,
 		log:       o.Log.With("component", "httpproxy"),
 		m:         o.Metrics,
 		squidAddr: o.Squid,
@@ -669,11 +675,19 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 	if ri.kind == kindVIPPath {
 		p.vipRequestHeaders(pr.Out.Header, ri.target, ri.st.Rewriter)
 	}
+	private := false
 	if ua := pr.Out.Header.Get("User-Agent"); ua != "" {
-		if v, private := cachepolicy.PrivateUA(ua, ri.st.KeepPrivate); private {
+		var v string
+		if v, private = cachepolicy.PrivateUA(ua, ri.st.KeepPrivate); private {
 			pr.Out.Header.Set("User-Agent", v)
 			pr.Out.Header.Set(cachepolicy.PrivateHeader, "1")
 		}
+	}
+	// pepd's own mark (a subscriber's is dropped, pepd decides), the same
+	// decision as the relay's (relayConn.requestHead).
+	delete(pr.Out.Header, cachepolicy.FirstHeader)
+	if !ri.direct.IsValid() && p.cache.Mark(pr.In.Method, ri.target, private) {
+		pr.Out.Header.Set(cachepolicy.FirstHeader, "1")
 	}
 	delete(pr.Out.Header, optimize.MarkHeader)
 	if !ri.direct.IsValid() && p.opt.Mark(pr.In.Method, ri.target.Hostname(), pr.In.Header.Get("Range") != "",

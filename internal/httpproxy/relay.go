@@ -352,13 +352,15 @@ func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
 	out = append(out, " HTTP/1.1\r\nHost: "...)
 	out = append(out, ri.target.Host...)
 	out = append(out, "\r\n"...)
+	private := false
 	for _, l := range h.lines {
 		line := raw[l.from:l.to]
 		if bytes.Contains(line, privateToken) {
 			if name, v, ok := bytes.Cut(line, []byte(":")); ok && eqFold(bytes.TrimSpace(name), "user-agent") {
 				// The same mapping as the standard library path's
 				// (Proxy.rewriteRequest): CacheKeeper's opt-out.
-				if ua, private := cachepolicy.PrivateUA(string(bytes.TrimSpace(v)), ri.st.KeepPrivate); private {
+				var ua string
+				if ua, private = cachepolicy.PrivateUA(string(bytes.TrimSpace(v)), ri.st.KeepPrivate); private {
 					out = append(out, "User-Agent: "...)
 					out = append(out, ua...)
 					out = append(out, "\r\n"+cachepolicy.PrivateHeader+": 1\r\n"...)
@@ -399,6 +401,12 @@ func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
 	}
 	if rc.p.opt.Mark(h.method, ri.target.Hostname(), h.rng, h.noTransform) {
 		out = append(out, optimize.MarkHeader+": 1\r\n"...)
+	}
+	// The same decision as the standard library path's
+	// (Proxy.rewriteRequest); a subscriber's own Pep-First was dropped
+	// (parseRequestHead).
+	if rc.p.cache.Mark(h.method, ri.target, private) {
+		out = append(out, cachepolicy.FirstHeader+": 1\r\n"...)
 	}
 	if !rc.p.pp {
 		out = append(out, "X-Forwarded-For: "...)

@@ -43,7 +43,20 @@ type SquidConf struct {
 	// Optimizer is pepd's optimizer, host:port (config optimize.listen),
 	// Squid's parent; "" renders no parent.
 	Optimizer string
+	// Admission renders second-hit disk admission (config cache.admission
+	// second-hit, internal/cachepolicy): a miss pepd marked with
+	// cachepolicy.FirstHeader is served but not stored (store_miss deny).
+	Admission bool
+	// MemoryMaxObjectKB is maximum_object_size_in_memory in KB (config
+	// cache.memory_max_object): larger objects are never kept in the memory
+	// cache. Zero renders DefaultMemoryMaxObjectKB.
+	MemoryMaxObjectKB int
 }
+
+// DefaultMemoryMaxObjectKB is maximum_object_size_in_memory when
+// SquidConf.MemoryMaxObjectKB is zero: 1 MB, the gateway's value before it
+// was a setting (Squid's own default is 512 KB).
+const DefaultMemoryMaxObjectKB = 1024
 
 // ForbiddenRanges are the destination ranges Squid refuses, the same as
 // internal/guard's special-purpose ranges (pepd also adds the VIP and its
@@ -63,6 +76,7 @@ func DefaultSquidConf(vip netip.Addr) SquidConf {
 		Forbidden: append(append([]string(nil), ForbiddenRanges...), vip.String()),
 		CacheDir:  "/var/spool/squid", CacheDirMB: 10000, CacheMemMB: 256,
 		LogDir: "/var/log/squid", PidFile: "/run/squid.pid", User: "proxy", ShutdownSeconds: 10,
+		MemoryMaxObjectKB: DefaultMemoryMaxObjectKB,
 	}
 }
 
@@ -75,6 +89,12 @@ func RenderSquidConf(w io.Writer, tmpl string, c SquidConf) error {
 		if l == 0 {
 			return fmt.Errorf("httpproxy: squid.conf: %s is empty", name)
 		}
+	}
+	if c.MemoryMaxObjectKB < 0 {
+		return fmt.Errorf("httpproxy: squid.conf: MemoryMaxObjectKB %d is negative", c.MemoryMaxObjectKB)
+	}
+	if c.MemoryMaxObjectKB == 0 {
+		c.MemoryMaxObjectKB = DefaultMemoryMaxObjectKB
 	}
 	if c.Optimizer != "" {
 		if _, _, err := net.SplitHostPort(c.Optimizer); err != nil {

@@ -1,0 +1,206 @@
+package cachepolicy
+
+import (
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fakeClock is a settable clock for Admission.
+type fakeClock struct{ t atomic.Int64 }
+
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.t.Load()) }
+func (c *fakeClock) advance(d time.Duration) { c.t.Add(int64(d)) }
+
+func newTestAdmission(t *testing.T, window time.Duration, items int) (*Admission, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{}
+	clk.t.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	a, err := NewAdmission(AdmissionOptions{Window: window, Items: items, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, clk
+}
+
+func TestAdmissionSecondHit(t *testing.T) {
+	a, _ := newTestAdmission(t, time.Hour, 1000)
+	if !a.FirstSeen("a.test/x.png") {
+		t.Error("first request: not first-seen")
+	}
+	for i := 2; i <= 4; i++ {
+		if a.FirstSeen("a.test/x.png") {
+			t.Errorf("request %d: first-seen again", i)
+		}
+	}
+	if !a.FirstSeen("a.test/y.png") {
+		t.Error("another URL: not first-seen")
+	}
+}
+
+// TestAdmissionWindow: a URL is remembered for at least one window and
+// forgotten after two; one asked for at least once a window is never
+// forgotten (carried into the current filter).
+func TestAdmissionWindow(t *testing.T) {
+	const w = time.Hour
+	a, clk := newTestAdmission(t, w, 1000)
+	a.FirstSeen("once")
+	a.FirstSeen("steady")
+	clk.advance(w - time.Second)
+	if a.FirstSeen("once") {
+		t.Error("forgotten within the window")
+	}
+	for range 5 {
+		clk.advance(w)
+		if a.FirstSeen("steady") {
+			t.Fatalf("a URL asked for every window was forgotten after %d rotations", a.Rotations())
+		}
+	}
+	if !a.FirstSeen("once") {
+		t.Error("remembered after more than two windows")
+	}
+	if a.Rotations() != 5 {
+		t.Errorf("%d rotations, want 5", a.Rotations())
+	}
+}
+
+// TestAdmissionFullRotates: a filter that took Items URLs rotates before
+// the window ends, and the false-positive rate stays near its design.
+func TestAdmissionFullRotates(t *testing.T) {
+	const items = 10000
+	a, _ := newTestAdmission(t, time.Hour, items)
+	for i := range items {
+		a.FirstSeen(fmt.Sprintf("seen/%d", i))
+	}
+	// False positives: never-seen URLs taken for seen, with both filters
+	// (one full, one empty) consulted.
+	fp := 0
+	const probes = 20000
+	for i := range probes {
+		if !a.FirstSeen(fmt.Sprintf("new/%d", i)) {
+			fp++
+		}
+		if a.Rotations() > 0 {
+			break
+		}
+	}
+	if a.Rotations() != 1 {
+		t.Fatalf("%d rotations after %d URLs, want 1", a.Rotations(), items)
+	}
+	if rate := float64(fp) / probes; rate > 3*DefaultFalsePositive {
+		t.Errorf("false-positive rate %.4f, designed for %.2f", rate, DefaultFalsePositive)
+	}
+	// After the rotation the full filter is the previous one: its URLs
+	// are still seen.
+	if a.FirstSeen("seen/1") {
+		t.Error("a URL of the previous filter was forgotten at the rotation")
+	}
+	if got, want := a.FilterBytes(), int64(2*12000); got < want*9/10 || got > want*11/10 {
+		t.Errorf("FilterBytes = %d, want about %d (9.6 bits per item, two filters)", got, want)
+	}
+}
+
+// TestAdmissionConcurrent: many goroutines on the same and distinct URLs
+// (run with -race); every URL asked for twice is seen at least once.
+func TestAdmissionConcurrent(t *testing.T) {
+	a, clk := newTestAdmission(t, time.Hour, 100000)
+	var wg sync.WaitGroup
+	var first atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				if a.FirstSeen(fmt.Sprintf("u/%d", i)) {
+					first.Add(1)
+				}
+				if g == 0 && i%500 == 0 {
+					clk.advance(time.Minute)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// 2000 distinct URLs, each asked for 8 times: at most a few racing
+	// first requests per URL are first-seen, never all 8.
+	if n := first.Load(); n < 1900 || n > 2000*3 {
+		t.Errorf("%d first-seen answers for 2000 URLs asked for 8 times each", n)
+	}
+}
+
+func TestNewAdmissionErrors(t *testing.T) {
+	if _, err := NewAdmission(AdmissionOptions{Window: 0, Items: 1}); err == nil {
+		t.Error("zero window accepted")
+	}
+	if _, err := NewAdmission(AdmissionOptions{Window: time.Second, Items: 0}); err == nil {
+		t.Error("zero items accepted")
+	}
+}
+
+func TestPolicyMark(t *testing.T) {
+	var nilPolicy *Policy
+	u, _ := url.Parse("http://img.test:8080/a.png?x=1")
+	if nilPolicy.Mark("GET", u, true) || nilPolicy.Counts() != (Counts{}) {
+		t.Error("a nil Policy marks or counts")
+	}
+	a, _ := newTestAdmission(t, time.Hour, 1000)
+	p := NewPolicy(a, true)
+	if !p.Mark("GET", u, false) {
+		t.Error("first GET not marked")
+	}
+	if p.Mark("GET", u, false) {
+		t.Error("second GET marked")
+	}
+	if p.Mark("HEAD", &url.URL{Host: "h.test", Path: "/new"}, false) {
+		t.Error("HEAD marked")
+	}
+	if p.Mark("GET", &url.URL{Host: "h.test", Path: "/private"}, true) {
+		t.Error("private request marked first-seen")
+	}
+	if got, want := p.Counts(), (Counts{FirstSeen: 1, Admitted: 1, Private: 1}); got != want {
+		t.Errorf("Counts = %+v, want %+v", got, want)
+	}
+	p.SetAdmission(false)
+	if p.Mark("GET", &url.URL{Host: "h.test", Path: "/off"}, false) || p.AdmissionOn() {
+		t.Error("marked with admission switched off")
+	}
+	if NewPolicy(nil, true).AdmissionOn() {
+		t.Error("admission on without an Admission")
+	}
+	reg := prometheus.NewRegistry()
+	if err := p.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "pep_cache_first_seen_total", "pep_cache_private_total", "pep_cache_admission_enabled"); err != nil || n != 3 {
+		t.Errorf("registered series: %d, %v", n, err)
+	}
+}
+
+func TestKey(t *testing.T) {
+	u, _ := url.Parse("http://img.test:8080/a%20b.png?x=1")
+	if got, want := Key(u), "img.test:8080/a%20b.png?x=1"; got != want {
+		t.Errorf("Key = %q, want %q", got, want)
+	}
+}
+
+func BenchmarkFirstSeen(b *testing.B) {
+	a, err := NewAdmission(AdmissionOptions{Window: time.Hour, Items: 1_000_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, 4096)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("img%d.cdn.test/images/%d/photo.jpg", i%50, i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		a.FirstSeen(keys[i%len(keys)])
+	}
+}
