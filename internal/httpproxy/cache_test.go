@@ -319,3 +319,55 @@ func gatherValue(t *testing.T, reg *prometheus.Registry, name, lv string) float6
 	t.Errorf("no series %s%s", name, lv)
 	return -1
 }
+
+// TestFirstSeenMarkBothPaths: the request Squid receives carries
+// Pep-First: 1 exactly when cachepolicy.Policy.Mark says first-seen, on
+// the relay and on the standard library path alike; a subscriber's own
+// Pep-First is dropped on both; private requests and requests with
+// admission off are never marked.
+func TestFirstSeenMarkBothPaths(t *testing.T) {
+	adm, err := cachepolicy.NewAdmission(cachepolicy.AdmissionOptions{Window: time.Hour, Items: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := cachepolicy.NewPolicy(adm, true)
+	ns := startDNS(t, siteRecords)
+	up := startScripted(t, func(*http.Request) scriptedAnswer {
+		return scriptedAnswer{raw: "HTTP/1.1 204 No Content\r\n\r\n"}
+	})
+	p := startPepd(t, pepdOpts{squid: up.addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80}, cache: pol})
+	stdlib := "Expect: 100-continue\r\nContent-Length: 0\r\n" // the relay leaves such a GET to the standard library
+	for _, tc := range []struct {
+		name, path, extra, want string
+	}{
+		{"relay, first", "/img.cdn.test/r.png", "", "1"},
+		{"relay, second", "/img.cdn.test/r.png", "", ""},
+		{"relay, subscriber's own mark on a seen URL", "/img.cdn.test/r.png", "Pep-First: 1\r\n", ""},
+		{"standard library, first", "/img.cdn.test/s.png", stdlib, "1"},
+		{"standard library, second, subscriber's own mark", "/img.cdn.test/s.png", stdlib + "Pep-First: 1\r\n", ""},
+		{"private, first", "/img.cdn.test/p.png", "User-Agent: App CK-Private\r\n", ""},
+		{"HEAD", "/img.cdn.test/h.png", "", ""},
+	} {
+		method := "GET"
+		if tc.name == "HEAD" {
+			method = "HEAD"
+		}
+		resp, body := p.raw(t, "127.0.0.9", method+" "+tc.path+" HTTP/1.1\r\nHost: 192.0.2.12\r\n"+tc.extra+"\r\n")
+		if resp.StatusCode != 204 {
+			t.Fatalf("%s: %d %q", tc.name, resp.StatusCode, body)
+		}
+		r, _ := up.last()
+		if got := strings.Join(r.Header.Values(cachepolicy.FirstHeader), ","); got != tc.want {
+			t.Errorf("%s: Squid got %s %q, want %q", tc.name, cachepolicy.FirstHeader, got, tc.want)
+		}
+	}
+	pol.SetAdmission(false)
+	p.raw(t, "127.0.0.9", "GET /img.cdn.test/new.png HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
+	if r, _ := up.last(); r.Header.Get(cachepolicy.FirstHeader) != "" {
+		t.Error("marked with admission switched off")
+	}
+	if got, want := pol.Counts(), (cachepolicy.Counts{FirstSeen: 2, Admitted: 3, Private: 1}); got != want {
+		t.Errorf("counts %+v, want %+v", got, want)
+	}
+}
