@@ -171,6 +171,27 @@ func TestHTMLGolden(t *testing.T) {
 			`<script>document.write('<img src="http://a.com/x">')</script>`, 0},
 		{"never in textarea or title", `<title><img src="http://a.com/t"></title><textarea><img src="http://a.com/x"></textarea>`,
 			`<title><img src="http://a.com/t"></title><textarea><img src="http://a.com/x"></textarea>`, 0},
+		// Raw text elements (HTML standard 13.2.6.4.7, "generic raw text
+		// element parsing algorithm"): their content is text up to their end
+		// tag, or to the end of the document when it is missing; noscript is
+		// raw text as in a browser with scripting enabled; everything after
+		// plaintext is text.
+		{"never in an unclosed iframe", `<iframe><img src="http://a.test/x.png">`,
+			`<iframe><img src="http://a.test/x.png">`, 0},
+		{"closed iframe: rewritten after its end tag", `<iframe><img src="http://a.test/x.png"></iframe><img src="http://a.test/x.png">`,
+			`<iframe><img src="http://a.test/x.png"></iframe><img src="http://192.0.2.12/a.test/x.png">`, 1},
+		{"iframe end tag inside a comment-like text", `<iframe><!--</iframe>--><img src="http://a.test/x.png">`,
+			`<iframe><!--</iframe>--><img src="http://192.0.2.12/a.test/x.png">`, 1},
+		{"never in noembed", `<noembed><img src="http://a.test/x.png"></noembed><img src="http://a.test/x.png">`,
+			`<noembed><img src="http://a.test/x.png"></noembed><img src="http://192.0.2.12/a.test/x.png">`, 1},
+		{"never in noframes", `<noframes><img src="http://a.test/x.png"></noframes><img src="http://a.test/x.png">`,
+			`<noframes><img src="http://a.test/x.png"></noframes><img src="http://192.0.2.12/a.test/x.png">`, 1},
+		{"never in xmp", `<XMP><img src="http://a.test/x.png"></xmp ><img src="http://a.test/x.png">`,
+			`<XMP><img src="http://a.test/x.png"></xmp ><img src="http://192.0.2.12/a.test/x.png">`, 1},
+		{"never in noscript", `<noscript><img src="http://a.test/x.png"></noscript><img src="http://a.test/x.png">`,
+			`<noscript><img src="http://a.test/x.png"></noscript><img src="http://192.0.2.12/a.test/x.png">`, 1},
+		{"never after plaintext", `<plaintext><img src="http://a.test/x.png"></plaintext><img src="http://a.test/x.png">`,
+			`<plaintext><img src="http://a.test/x.png"></plaintext><img src="http://a.test/x.png">`, 0},
 		{"never empty or fragment-only", `<img src=""><img src="#top"><img src>`,
 			`<img src=""><img src="#top"><img src>`, 0},
 		{"never userinfo", `<img src="http://user:pw@a.com/x">`,
