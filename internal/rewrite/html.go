@@ -263,15 +263,18 @@ func attrID(key []byte) int {
 // (x/net/html readTag, readTagAttrKey, readTagAttrVal) so that both agree on
 // where every value starts and ends and where the tag ends. i is the index
 // after the tag name; spans may be nil. It returns the index of the '>'
-// closing the tag, or len(raw) when the input ends first.
-func scanAttrs(raw []byte, i int, spans *[numAttrs]span) int {
+// closing the tag, or len(raw) when the input ends first, and whether an
+// unquoted attribute value runs up to that '>' (then a '/' before the '>' is
+// part of the value, and the HTML standard does not count the tag as
+// self-closing).
+func scanAttrs(raw []byte, i int, spans *[numAttrs]span) (gt int, unquotedToGT bool) {
 	n := len(raw)
 	for {
 		for i < n && isHTMLSpace(raw[i]) {
 			i++
 		}
 		if i >= n || raw[i] == '>' {
-			return i
+			return i, unquotedToGT
 		}
 		ks := i
 	key:
@@ -329,6 +332,7 @@ func scanAttrs(raw []byte, i int, spans *[numAttrs]span) int {
 							i++
 						}
 						ve = i
+						unquotedToGT = i < n && raw[i] == '>'
 						if i < n && raw[i] != '>' {
 							i++
 						}

@@ -15,6 +15,14 @@ import (
 // and a script element whose text holds "<!--" (the script data escaped
 // states) is measured by the Tokenizer itself. Text is skipped with
 // bytes.IndexByte instead of byte by byte, and no token is built.
+//
+// Two things the Tokenizer leaves to its parser: inside foreign content (SVG
+// and MathML) "<![CDATA[" opens a CDATA section, text up to "]]>", where
+// elsewhere it opens a bogus comment that ends at the first '>', and the
+// elements that are raw text in HTML content (<style>, <title>, ...) are not.
+// The scanner follows the parser's stack of foreign elements
+// (foreignContent, foreign.go) to tell them apart; the reference tests give
+// the Tokenizer the same answers through AllowCDATA and NextIsNotRawText.
 
 // Token kinds reported by scanner.next.
 const (
@@ -52,8 +60,10 @@ type scanner struct {
 	rawTag  string          // pending raw text element, "" for none
 	nameEnd int             // for tokStartTag: the index after the tag name
 	textOf  string          // for tokRawText: the element, e.g. "style"
+	foreign bool            // for tokRawText: the text of an SVG or MathML <style>
 	spans   *[numAttrs]span // if set, filled with a start tag's attributes
 	maxTok  int             // SetMaxBuf for the Tokenizer measuring a script
+	fc      foreignContent  // open SVG and MathML elements
 }
 
 // next returns the next non-text token as b[start:end]. Text between tokens
@@ -65,11 +75,18 @@ func (s *scanner) next() (kind, start, end int) {
 		t := s.rawTag
 		s.rawTag = ""
 		start = s.pos
-		end = rawTextEnd(b, start, t, s.maxTok)
-		s.pos = end
-		if end > start {
-			s.textOf = t
-			return tokRawText, start, end
+		ok := true
+		if s.foreign {
+			end, ok = foreignStyleEnd(b, start)
+		} else {
+			end = rawTextEnd(b, start, t, s.maxTok)
+		}
+		if ok {
+			s.pos = end
+			if end > start {
+				s.textOf = t
+				return tokRawText, start, end
+			}
 		}
 	}
 	for {
@@ -97,7 +114,20 @@ func (s *scanner) next() (kind, start, end int) {
 			}
 			s.nameEnd = nameEnd
 			s.rawTag = rawTextTag(b[i+1 : nameEnd])
+			s.foreign = false
 			s.pos = end
+			if s.fc.n > 0 || maybeForeignRoot(b[i+1:nameEnd]) && !s.fc.lost {
+				n := s.fc.n
+				if s.fc.startTag(b, i, nameEnd, end) && s.rawTag != "" {
+					// An SVG or MathML element: its content is markup.
+					// The text of an open <style> is still CSS when it
+					// is only text (foreignStyleEnd).
+					s.foreign = true
+					if s.rawTag != "style" || s.fc.n == n {
+						s.rawTag = ""
+					}
+				}
+			}
 			return tokStartTag, i, end
 		case c == '/':
 			if i+2 >= len(b) {
@@ -110,9 +140,13 @@ func (s *scanner) next() (kind, start, end int) {
 			case c2 == '>':
 				end = i + 3
 			case isAlpha(c2):
-				end = tagEnd(b, tagNameEnd(b, i+2), nil)
+				nameEnd := tagNameEnd(b, i+2)
+				end = tagEnd(b, nameEnd, nil)
 				if end >= 0 {
 					s.pos = end
+					if s.fc.n > 0 {
+						s.fc.endTag(b[i+2 : nameEnd])
+					}
 					return tokEndTag, i, end
 				}
 			default:
@@ -125,6 +159,16 @@ func (s *scanner) next() (kind, start, end int) {
 			s.pos = end
 			return tokComment, i, end
 		case c == '!':
+			if s.fc.cdata() && bytes.HasPrefix(b[i+2:], cdataOpen) {
+				// A CDATA section is text: skip it like text.
+				k := bytes.Index(b[i+len("<![CDATA["):], cdataClose)
+				if k < 0 {
+					s.pos = len(b)
+					return tokEOF, len(b), len(b)
+				}
+				s.pos = i + len("<![CDATA[") + k + len(cdataClose)
+				continue
+			}
 			end := markupEnd(b, i)
 			if end < 0 {
 				s.pos = len(b)
@@ -146,6 +190,18 @@ func (s *scanner) next() (kind, start, end int) {
 	}
 }
 
+// maybeForeignRoot is a quick test for the tag names "svg" and "math" (and a
+// few others), which open foreign content.
+func maybeForeignRoot(name []byte) bool {
+	switch len(name) {
+	case 3:
+		return name[0]|0x20 == 's'
+	case 4:
+		return name[0]|0x20 == 'm'
+	}
+	return false
+}
+
 // tagNameEnd returns the index after a tag name starting at b[i]
 // (x/net/html readTagName: the name ends at white space, '/' or '>').
 func tagNameEnd(b []byte, i int) int {
@@ -162,7 +218,7 @@ func tagNameEnd(b []byte, i int) int {
 // tagEnd returns the index after the '>' closing a tag whose name ends at
 // b[i], or -1 when the input ends first, filling spans if not nil.
 func tagEnd(b []byte, i int, spans *[numAttrs]span) int {
-	gt := scanAttrs(b, i, spans)
+	gt, _ := scanAttrs(b, i, spans)
 	if gt >= len(b) {
 		return -1
 	}
@@ -183,8 +239,8 @@ func closeAngle(b []byte, i int) int {
 }
 
 // markupEnd returns the index after a token starting with "<!" at b[i], or
-// -1 (x/net/html readMarkupDeclaration and readComment; CDATA sections are
-// bogus comments as AllowCDATA is off).
+// -1 (x/net/html readMarkupDeclaration and readComment with AllowCDATA off:
+// outside foreign content "<![CDATA[" opens a bogus comment).
 func markupEnd(b []byte, i int) int {
 	if i+3 >= len(b) {
 		return -1

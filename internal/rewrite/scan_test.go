@@ -19,13 +19,18 @@ func (t tok) String() string { return fmt.Sprintf("%s[%d:%d]", t.kind, t.start, 
 // referenceTokens lists the tokens golang.org/x/net/html's Tokenizer finds in
 // b, leaving out text except the text of raw text elements. A token the input
 // cut short (the Tokenizer's ErrorToken with bytes, or a token running to the
-// end of the input followed by an error) is "partial".
+// end of the input followed by an error) is "partial". Like x/net/html's
+// parser, it tells the Tokenizer where CDATA sections are allowed and which
+// start tags are no raw text (foreign content), asking its own
+// foreignContent fed with the Tokenizer's tokens.
 func referenceTokens(b []byte) []tok {
 	z := html.NewTokenizer(bytes.NewReader(b))
+	var fc foreignContent
 	var toks []tok
 	pos := 0
 	rawNext := false
 	for {
+		z.AllowCDATA(fc.cdata())
 		tt := z.Next()
 		n := len(z.Raw())
 		start, end := pos, pos+n
@@ -39,9 +44,17 @@ func referenceTokens(b []byte) []tok {
 			}
 			return toks
 		case html.StartTagToken, html.SelfClosingTagToken:
-			rawNext = rawTextTag(b[start+1:tagNameEnd(b, start+1)]) != ""
+			nameEnd := tagNameEnd(b, start+1)
+			rawNext = rawTextTag(b[start+1:nameEnd]) != ""
+			if fc.startTag(b, start, nameEnd, end) {
+				z.NextIsNotRawText()
+				rawNext = false
+			}
 			toks = append(toks, tok{"start", start, end})
 		case html.EndTagToken:
+			if fc.n > 0 {
+				fc.endTag(b[start+2 : tagNameEnd(b, start+2)])
+			}
 			toks = append(toks, tok{"end", start, end})
 		case html.CommentToken, html.DoctypeToken:
 			toks = append(toks, tok{"comment", start, end})
@@ -53,7 +66,9 @@ func referenceTokens(b []byte) []tok {
 	}
 }
 
-// scannerTokens lists the tokens of scan.go's scanner.
+// scannerTokens lists the tokens of scan.go's scanner, leaving out the text
+// of SVG and MathML <style> elements (text for the Tokenizer, rewritten as
+// CSS by the scanner's caller).
 func scannerTokens(b []byte) []tok {
 	s := scanner{b: b}
 	var toks []tok
@@ -71,7 +86,9 @@ func scannerTokens(b []byte) []tok {
 		case tokComment:
 			toks = append(toks, tok{"comment", start, end})
 		case tokRawText:
-			toks = append(toks, tok{"raw", start, end})
+			if !s.foreign {
+				toks = append(toks, tok{"raw", start, end})
+			}
 		}
 	}
 }
@@ -133,6 +150,14 @@ func TestScannerMatchesTokenizer(t *testing.T) {
 		`a<`, `a</`, `a<!`, `a<!-`, `<!-x>`,
 		"<a\x00b c\x00=\x00d>",
 		`<a =b =c=d e = "f" g= 'h' i=j/>`,
+		// Foreign content: CDATA sections, no raw text.
+		`<svg><![CDATA[ a > <b> ]]></svg><![CDATA[ c > <d> ]]>`,
+		`<math><mi><![CDATA[>]]></mi><mglyph><![CDATA[>]]></math><![CDATA[>]]>`,
+		`<svg><style><![CDATA[ x ]]></style><style>a</style><style><!--x--></style><script>a<b</script></svg>`,
+		`<svg><title><i>x</i></title><desc><svg><![CDATA[>]]></svg></desc></svg><style>y</style>`,
+		`<svg><foreignObject><div><![CDATA[ x > y ]]><style>z</style></div></foreignObject></svg>`,
+		`<svg><g a=b/><g/><textarea><p><![CDATA[ > ]]><xmp>x</xmp>`,
+		`<svg><![CDATA[ unterminated`, `<svg><![CDATA`, `<svg><style></style`,
 	}
 	for _, c := range cases {
 		if err := sameTokens(referenceTokens([]byte(c)), scannerTokens([]byte(c)), len(c)); err != nil {
@@ -154,6 +179,8 @@ func FuzzScanner(f *testing.F) {
 	}
 	f.Add([]byte(`<script><!--<script>x</script>y--></script>z<!-- a --!> b -->`))
 	f.Add([]byte(`<style>a</style ><title>x</TITLE>`))
+	f.Add([]byte(`<svg><![CDATA[a>b]]><style><![CDATA[c]]></style><foreignObject><p><![CDATA[d>e]]></svg><![CDATA[f>g]]>`))
+	f.Add([]byte(`<math><mi><svg><title>x</title></svg></mi><annotation-xml><![CDATA[>]]></math><xmp></xmp>`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if err := sameTokens(referenceTokens(b), scannerTokens(b), len(b)); err != nil {
 			t.Fatal(err)
