@@ -427,6 +427,10 @@ type conn struct {
 	src         netip.Addr  // the subscriber's address (per-subscriber bound)
 	wdlAt       time.Time   // when the write deadline was last armed
 	timedOut    atomic.Bool // counted once
+	// abortRead: the read deadline was set in the distant past, as
+	// net/http's server does to stop its background read after a handler
+	// (abortPendingRead): the read it ends is not a timeout.
+	abortRead atomic.Bool
 	// closeNext: the next request handed to the standard library came
 	// with both Content-Length and Transfer-Encoding; its response closes
 	// the connection (RFC 9112 §6.1). Go's server drops the Content-Length
@@ -446,7 +450,7 @@ func (c *conn) Read(b []byte) (int, error) {
 		c.idle.Store(false)
 		c.waiting.Store(false)
 	}
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && c.timedOut.CompareAndSwap(false, true) {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.abortRead.Load() && c.timedOut.CompareAndSwap(false, true) {
 		phase := "read_header"
 		if c.idle.Load() {
 			phase = "idle"
@@ -454,6 +458,12 @@ func (c *conn) Read(b []byte) (int, error) {
 		c.s.m.timeouts.WithLabelValues(phase).Inc()
 	}
 	return n, err
+}
+
+// SetReadDeadline notes a deadline in the distant past (abortRead).
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.abortRead.Store(!t.IsZero() && t.Unix() < 1e9)
+	return c.countConn.SetReadDeadline(t)
 }
 
 // Write counts the error answers Go's server writes on its own (400, 431,
