@@ -338,6 +338,7 @@ type pepdOpts struct {
 	upTimeout     time.Duration                   // Options.UpstreamTimeout; zero: 10s
 	optimize      *optimize.Policy                // Options.Optimize
 	cache         *cachepolicy.Policy             // Options.Cache
+	log           *slog.Logger                    // nil: every line to t.Log (testLogger)
 }
 
 var testVIP = netip.MustParseAddr("192.0.2.12")
@@ -354,7 +355,10 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 	if o.hostMismatch == "" {
 		o.hostMismatch = "direct"
 	}
-	log := testLogger(t)
+	log := o.log
+	if log == nil {
+		log = testLogger(t)
+	}
 	rw, err := rewrite.New(testVIP.String(), rewrite.Config{}, log, nil)
 	if err != nil {
 		t.Fatal(err)
