@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -730,5 +731,64 @@ func runOriginFault(t *testing.T, p *pepd, o *corpusOrigin, f originFault, prefi
 		if rest := strings.TrimPrefix(r.target, prefix); rest != "/bad/"+f.name && rest != "/follow" {
 			t.Errorf("the origin got %s", r)
 		}
+	}
+}
+
+// countingConn is a subscriber connection that keeps every byte it read.
+type countingConn struct {
+	net.Conn
+	got bytes.Buffer
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.got.Write(p[:n])
+	return n, err
+}
+
+// TestTruncatedHeadOnce sends the bad-chunk origin fault 300 times through
+// the standard library path: every answer must be one head, then a close
+// (an incomplete chunked body). httputil.ReverseProxy flushes a chunked
+// response from a timer goroutine while truncatedBody flushes from the
+// copying one; unserialised, the head was written twice (6 of 300 at
+// c2b5929, which failed TestSmugglingCorpus in CI once).
+func TestTruncatedHeadOnce(t *testing.T) {
+	ns := startDNS(t, siteRecords)
+	o := startCorpusOrigin(t)
+	port := o.addr.Port()
+	corpusPort = strconv.Itoa(int(port))
+	sc := DefaultSquidConf(testVIP)
+	sc.ProxyProtocol = true
+	sc.Subscribers = []string{"127.0.0.0/8"}
+	sc.AllowedPorts = []uint16{80, port}
+	sc.AllowDst = []string{originIP + "/32"}
+	sc.Resolvers = []string{ns.IP}
+	if ns.Addr != ns.IP+":53" {
+		sc.HostsFile = writeHosts(t, siteRecords)
+	}
+	sq := startSquid(t, sc)
+	host := "www.site.test:" + corpusPort
+	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off, stdlib: true,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}})
+	before := testutilValue(p.M.truncated)
+	const n = 300
+	bad := 0
+	for i := range n {
+		c0, _ := dialSub(t, p)
+		c := &countingConn{Conn: c0}
+		io.WriteString(c, "GET /once/"+strconv.Itoa(i)+"/bad/bad-chunk-size HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+		resp, _, err := readFinal(bufio.NewReader(c), "GET")
+		c.Close()
+		if resp == nil || !errors.Is(err, io.ErrUnexpectedEOF) || strings.Count(c.got.String(), "HTTP/1.1 ") != 1 {
+			if bad++; bad <= 3 {
+				t.Errorf("request %d: %v, the subscriber got %q", i, err, c.got.String())
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d answers were not one head and a truncated body", bad, n)
+	}
+	if got := testutilValue(p.M.truncated) - before; got != n {
+		t.Errorf("pep_http_responses_truncated_total +%v, want +%d", got, n)
 	}
 }

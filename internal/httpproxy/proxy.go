@@ -323,13 +323,36 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.ri.started = time.Now()
-	d.ri.w = w
+	sw := &flushLockWriter{ResponseWriter: w}
+	d.ri.w = sw
 	if r.Body != nil && r.Body != http.NoBody {
 		d.ri.body = &subscriberBody{ReadCloser: r.Body}
 		r.Body = d.ri.body
 	}
-	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, d.ri)))
+	p.rp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, d.ri)))
 }
+
+// flushLockWriter serialises flushes of one response. httputil.ReverseProxy
+// flushes a response without Content-Length from a timer goroutine (its
+// "headers get flushed even if body writes are delayed" timer, which fires
+// at once for such responses) while truncatedBody flushes from the copying
+// goroutine when Squid's body fails: unserialised, both wrote the head
+// (net/http's chunkWriter.wroteHeader is not synchronised), and the
+// subscriber got it twice, 6 times in 300 bad-chunk responses.
+type flushLockWriter struct {
+	http.ResponseWriter
+	mu sync.Mutex
+}
+
+// FlushError flushes the head and the buffered body under the lock; it is
+// what http.ResponseController.Flush calls, from either goroutine.
+func (f *flushLockWriter) FlushError() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return http.NewResponseController(f.ResponseWriter).Flush()
+}
+
+func (f *flushLockWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
 // ambiguousFraming reports a request whose body framing a peer in front
 // of pepd may have read otherwise, so that the connection closes after
