@@ -27,6 +27,8 @@ TESTBED_FLAGS ?= -parallel 6
 # page views of the trace (internal/cachepolicy/README.md).
 CACHE_TRACE_CORPUS ?= ../shared/corpus/tp5n.tar.gz
 CACHE_TRACE_VIEWS  ?= 20000
+# memory tier sizes in MB, comma-separated: one second-hit run per size
+CACHE_TRACE_TIER_MB ?= 1024
 
 testbed: deps build ## run the paper's experiment (CORPUS= PROFILE= MODES= RUNS= PAGES= OUT=), print OUT/report.md
 	$(BIN)/testbed run -corpus '$(CORPUS)' -profile '$(PROFILE)' -modes '$(MODES)' -optimize '$(OPTIMIZE)' -runs $(RUNS) \
@@ -46,7 +48,7 @@ QUALITIES ?= 50,60,70,75,80,90
 optimize-quality: deps build ## the optimizer's image quality report: SSIM and bytes per WebP quality over the default pages and tp5n (QUALITIES=, OUT=)
 	$(BIN)/testbed quality -q '$(QUALITIES)' -out '$(OUT)/quality'
 
-cache-trace: deps ## replay a tp5n browsing trace (Zipf pages, fixed seed) through pepd+Squid, admission off then second-hit: disk writes, hit ratios, origin bytes (root)
-	set -o pipefail; PEP_CACHE_TRACE='$(abspath $(CACHE_TRACE_CORPUS))' PEP_CACHE_TRACE_VIEWS=$(CACHE_TRACE_VIEWS) \
+cache-trace: deps ## replay a tp5n browsing trace (Zipf pages, fixed seed) through pepd+Squid: admission off, second-hit, second-hit + memory tier (CACHE_TRACE_TIER_MB): disk writes, hit ratios, origin bytes (root)
+	set -o pipefail; PEP_CACHE_TRACE='$(abspath $(CACHE_TRACE_CORPUS))' PEP_CACHE_TRACE_VIEWS=$(CACHE_TRACE_VIEWS) PEP_CACHE_TRACE_TIER_MB=$(CACHE_TRACE_TIER_MB) \
 	  $(GO) test -count=1 -timeout 90m -run '^TestCacheTrace$$' -v ./internal/httpproxy/ 2>&1 | \
 	  grep -E 'cachetrace_test|^(--- |ok|FAIL|panic)'

@@ -371,8 +371,19 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 	pepdSrc := fs.String("pepd", "127.0.0.1/32", "pepd's source addresses as Squid sees them, comma-separated CIDRs")
 	peers := fs.String("peers", "", "CARP array members' array ports, host:port, comma-separated, this gateway's included, the same order on every member (docs/operations.md §6); empty: a single cache")
 	peerListen := fs.String("peer-listen", "", "this gateway's array port, host:port (with -peers)")
+	memTier := fs.Bool("memory-tier", false, "render the memory tier's squid.conf (cache.memory_tier: a memory-only Squid, the disk Squid's parent; -cache-mem-mb sizes it) instead of the disk Squid's")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *memTier {
+		// The tier's own files, unless given: it runs beside the disk Squid.
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range map[string]*string{"log-dir": logDir, "pid-file": pidFile, "cache-dir": cacheDir} {
+			if !set[name] {
+				*v = map[string]string{"log-dir": "/var/log/squid-memtier", "pid-file": "/run/squid-memtier.pid", "cache-dir": "/var/spool/squid-memtier"}[name]
+			}
+		}
 	}
 	var cfg *config.Config
 	if *cfgFile != "" {
@@ -423,6 +434,18 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 	sc.Optimizer = cfg.Optimize.Listen
 	if strings.HasPrefix(sc.Optimizer, ":") {
 		sc.Optimizer = "127.0.0.1" + sc.Optimizer
+	}
+	sc.MemoryTier = cfg.Cache.MemoryTier
+	if *memTier {
+		if sc.MemoryTier == "" {
+			return fmt.Errorf("squid-conf -memory-tier: cache.memory_tier is not set in the config")
+		}
+		// The tier's only client is the disk Squid on loopback (no PROXY
+		// header, its X-Forwarded-For deleted); it stores every miss
+		// (no admission) in memory only.
+		sc.Listen, sc.MemoryOnly, sc.MemoryTier = cfg.Cache.MemoryTier, true, ""
+		sc.ProxyProtocol, sc.Admission, sc.Peers, sc.PeerListen = false, false, nil, ""
+		sc.Pepd, sc.Subscribers = []string{"127.0.0.1/32"}, []string{"127.0.0.1/32"}
 	}
 	return httpproxy.RenderSquidConf(stdout, string(t), sc)
 }

@@ -254,6 +254,15 @@ type Cache struct {
 	// StatusTimeout bounds one read of Squid's cache manager (GET /cache,
 	// a /metrics scrape). Default 2s.
 	StatusTimeout time.Duration `yaml:"status_timeout"`
+	// MemoryTier is the address (host:port) of a memory-only Squid that
+	// pepctl squid-conf renders as the disk Squid's parent (and, with
+	// -memory-tier, renders itself): with second-hit admission, a
+	// first-seen object the disk Squid does not store is kept there in
+	// memory, so that its second request is a memory hit instead of a
+	// second origin fetch (CacheSifter's transient objects, seed 001;
+	// internal/cachepolicy). Default "" (no tier). pepd itself does not
+	// use it.
+	MemoryTier string `yaml:"memory_tier"`
 }
 
 // Radio holds socket options of subscriber-facing TCP connections (issue
@@ -651,6 +660,11 @@ func (c *Config) Validate() error {
 		return field.Errorf("cache.memory_max_object", "%d is outside 1KiB..1GiB", k.MemoryMaxObject)
 	case k.StatusTimeout <= 0:
 		return field.Errorf("cache.status_timeout", "%v must be positive", k.StatusTimeout)
+	}
+	if k.MemoryTier != "" {
+		if _, _, err := net.SplitHostPort(k.MemoryTier); err != nil {
+			return field.Errorf("cache.memory_tier", "%q: want host:port: %w", k.MemoryTier, err)
+		}
 	}
 	if c.Radio.NotsentLowat < 0 || c.Radio.MaxPacingRate < 0 {
 		return field.Errorf("radio", "sizes must not be negative")

@@ -51,6 +51,19 @@ type SquidConf struct {
 	// cache.memory_max_object): larger objects are never kept in the memory
 	// cache. Zero renders DefaultMemoryMaxObjectKB.
 	MemoryMaxObjectKB int
+	// MemoryTier is the memory tier's port, host:port (config
+	// cache.memory_tier): a memory-only Squid rendered with MemoryOnly,
+	// this cache's parent for every request but private ones, so that a
+	// miss this cache does not store (second-hit admission's first-seen
+	// objects) is still kept in memory for its second request
+	// (CacheSifter's transient objects, seed 001; internal/cachepolicy).
+	// "" renders no tier. Not with Peers.
+	MemoryTier string
+	// MemoryOnly renders the memory tier itself: no cache_dir (Squid 5
+	// then stores in cache_mem only); its Listen is the disk cache's
+	// MemoryTier and its clients (Pepd, Subscribers) the disk cache's
+	// address.
+	MemoryOnly bool
 }
 
 // DefaultMemoryMaxObjectKB is maximum_object_size_in_memory when
@@ -99,6 +112,14 @@ func RenderSquidConf(w io.Writer, tmpl string, c SquidConf) error {
 	if c.Optimizer != "" {
 		if _, _, err := net.SplitHostPort(c.Optimizer); err != nil {
 			return fmt.Errorf("httpproxy: squid.conf: optimizer %q: %w", c.Optimizer, err)
+		}
+	}
+	if c.MemoryTier != "" {
+		if _, _, err := net.SplitHostPort(c.MemoryTier); err != nil {
+			return fmt.Errorf("httpproxy: squid.conf: memory tier %q: %w", c.MemoryTier, err)
+		}
+		if len(c.Peers) > 0 || c.MemoryOnly {
+			return fmt.Errorf("httpproxy: squid.conf: a memory tier is not built for a CARP array member or for the tier itself")
 		}
 	}
 	if len(c.Peers) > 0 {
