@@ -21,7 +21,7 @@ PAGES         ?=
 OUT           ?= testbed-out
 TESTBED_FLAGS ?= -parallel 6
 
-.PHONY: testbed testbed-report testbed-smoke testbed-clean optimize-quality cache-trace
+.PHONY: testbed testbed-report testbed-smoke testbed-clean optimize-quality cache-trace cache-tests
 
 # make cache-trace: the tp5n corpus (shared/ beside the repository) and the
 # page views of the trace (internal/cachepolicy/README.md).
@@ -52,3 +52,13 @@ cache-trace: deps ## replay a tp5n browsing trace (Zipf pages, fixed seed) throu
 	set -o pipefail; PEP_CACHE_TRACE='$(abspath $(CACHE_TRACE_CORPUS))' PEP_CACHE_TRACE_VIEWS=$(CACHE_TRACE_VIEWS) PEP_CACHE_TRACE_TIER_MB=$(CACHE_TRACE_TIER_MB) \
 	  $(GO) test -count=1 -timeout 90m -run '^TestCacheTrace$$' -v ./internal/httpproxy/ 2>&1 | \
 	  grep -E 'cachetrace_test|^(--- |ok|FAIL|panic)'
+
+# make cache-tests CACHE_TESTS=DIR: DIR is a checkout of the HTTP caching test
+# suite (git clone https://github.com/http-tests/cache-tests; not on npm, and
+# the project keeps none of its code). Node.js runs it (installed here).
+CACHE_TESTS ?=
+
+cache-tests: deps build ## the HTTP caching test suite (CACHE_TESTS=checkout) against Squid alone and pepd+Squid, same Squid and config: both counts; fails on a test only Squid alone passes (root)
+	@test -n '$(CACHE_TESTS)' || { echo "cache-tests: set CACHE_TESTS to a checkout of https://github.com/http-tests/cache-tests" >&2; exit 2; }
+	@$(MAKE) --no-print-directory install-pkgs PKGS='nodejs'
+	$(BIN)/testbed cache-tests -suite '$(abspath $(CACHE_TESTS))' -out '$(OUT)/cache-tests'

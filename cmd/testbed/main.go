@@ -38,6 +38,10 @@ const usage = `usage:
   testbed clean           remove what killed runs left behind (namespaces, /etc/netns)
   testbed quality [-corpus SPECS] [-q 50,60,70,75,80,90] [-out DIR]
                           the optimizer's image quality report: SSIM and bytes per WebP quality
+  testbed cache-tests -suite DIR [-out DIR]
+                          the HTTP caching test suite (a checkout of http-tests/cache-tests)
+                          against Squid alone and against pepd+Squid; fails on a test Squid
+                          alone passes and pepd+Squid fails
 Run "testbed run -h" for the flags.
 `
 
@@ -58,6 +62,8 @@ func main() {
 		err = cmdClean()
 	case "quality":
 		err = cmdQuality(os.Args[2:])
+	case "cache-tests":
+		err = cmdCacheTests(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return

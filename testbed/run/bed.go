@@ -111,7 +111,7 @@ func NewBed(ctx context.Context, rc Config, o BedOptions, log *slog.Logger) (b *
 		return b, err
 	}
 	if o.NeedPEP {
-		if b.squid, err = newSquid(b); err != nil {
+		if b.squid, err = newSquid(b, squidOptions{}); err != nil {
 			return b, err
 		}
 		if err := b.squid.start(ctx, true); err != nil {

@@ -137,7 +137,7 @@ func (p *pep) adminPath(method, path, body string) (string, error) {
 		return "", err
 	}
 	defer resp.Body.Close()
-	got, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	got, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20)) // /metrics is tens of KB
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(got))
 	}
@@ -203,6 +203,11 @@ func (p *pep) setOptimize(ctx context.Context, on bool) error {
 // DNS goes to the carrier resolver across the radio link, as the phone
 // sent it. The table is replaced atomically (declare, delete, define).
 func Ruleset(c topo.Config, mode string) string {
+	return ruleset(c, mode, PepdHTTPPort)
+}
+
+// ruleset is Ruleset with port 80 redirected to httpPort.
+func ruleset(c topo.Config, mode string, httpPort int) string {
 	var b strings.Builder
 	b.WriteString("table ip peptb\ndelete table ip peptb\n")
 	if mode == "direct" {
@@ -214,7 +219,7 @@ func Ruleset(c topo.Config, mode string) string {
 		type nat hook prerouting priority dstnat; policy accept;
 		iifname "%s" ip saddr %s tcp dport 80 counter redirect to :%d
 		iifname "%s" ip saddr %s ip daddr %s tcp dport 443 counter redirect to :%d
-`, topo.IfGWRadio, sub, PepdHTTPPort, topo.IfGWRadio, sub, c.VIP, PepdTLSPort)
+`, topo.IfGWRadio, sub, httpPort, topo.IfGWRadio, sub, c.VIP, PepdTLSPort)
 	if mode == "dns" {
 		fmt.Fprintf(&b, "\t\tiifname \"%s\" ip saddr %s meta l4proto { udp, tcp } th dport 53 counter redirect to :%d\n",
 			topo.IfGWRadio, sub, PepdDNSPort)

@@ -75,7 +75,20 @@ func squidService(prefix string) string {
 	return string(b)
 }
 
-func newSquid(b *Bed) (*squid, error) {
+// squidOptions change the testbed's Squid configuration from what the
+// experiment runs (newSquid).
+type squidOptions struct {
+	// noOptimizer leaves pepd's optimizer out as Squid's parent, so that
+	// Squid fetches from the origin itself (make cache-tests: Squid alone
+	// and pepd+Squid must share one Squid and one configuration).
+	noOptimizer bool
+	// interceptPort, when not 0, adds "http_port :N intercept": subscribers'
+	// port 80 redirected to Squid itself, with no pepd in front (Squid
+	// alone, make cache-tests).
+	interceptPort int
+}
+
+func newSquid(b *Bed, o squidOptions) (*squid, error) {
 	if _, err := exec.LookPath("squid"); err != nil {
 		return nil, fmt.Errorf("run: squid: %w (apt-get install -y squid)", err)
 	}
@@ -96,6 +109,9 @@ func newSquid(b *Bed) (*squid, error) {
 	c := httpproxy.DefaultSquidConf(b.Topo.Config.VIP)
 	c.Listen = SquidListen
 	c.Optimizer = PepdOptimizer // pepd's optimizer is Squid's parent; switched per mode (+opt)
+	if o.noOptimizer {
+		c.Optimizer = ""
+	}
 	c.Subscribers = []string{fmt.Sprintf("%s/%d", b.Topo.Config.MN, b.Topo.Config.RadioBits)}
 	c.Resolvers = []string{b.Topo.Config.Core.String()}
 	c.CacheDir = filepath.Join(s.dir, "cache")
@@ -108,6 +124,9 @@ func newSquid(b *Bed) (*squid, error) {
 	var buf bytes.Buffer
 	if err := httpproxy.RenderSquidConf(&buf, string(tmpl), c); err != nil {
 		return nil, err
+	}
+	if o.interceptPort != 0 {
+		fmt.Fprintf(&buf, "\n# make cache-tests: subscribers' port 80, redirected by gw's nftables\nhttp_port %d intercept\n", o.interceptPort)
 	}
 	s.conf = filepath.Join(s.dir, "squid.conf")
 	if err := os.WriteFile(s.conf, buf.Bytes(), 0o644); err != nil {
