@@ -418,3 +418,46 @@ func TestMaxInflight(t *testing.T) {
 		t.Errorf(`pep_dns_upstream_errors_total{reason="busy"} = %v, want 1`, got)
 	}
 }
+
+// TestRetryPolicy checks that the UDP fast path (a client's query through
+// the proxy) and the blocking Upstream.Exchange follow the one retry
+// policy: attempt n goes to resolver n mod 2, Attempts in all, then the
+// client gets SERVFAIL and Exchange an error.
+func TestRetryPolicy(t *testing.T) {
+	var resolvers []string
+	var got [2]atomic.Int32
+	for i := range got {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0") // a resolver that counts and never answers
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		resolvers = append(resolvers, pc.LocalAddr().String())
+		go func() {
+			buf := make([]byte, 4096)
+			for {
+				if _, _, err := pc.ReadFrom(buf); err != nil {
+					return
+				}
+				got[i].Add(1)
+			}
+		}()
+	}
+	counts := func() [2]int32 { return [2]int32{got[0].Swap(0), got[1].Swap(0)} }
+	o := defaultOptions(resolvers[0])
+	o.Resolvers, o.Timeout, o.Attempts = resolvers, 100*time.Millisecond, 3
+	p, addr, _ := startProxy(t, o)
+	m := unpack(t, rawExchange(t, addr, pack(t, query("www.foo.com.", dns.TypeA, true, false)), false, nil))
+	if m.Rcode != dns.RcodeServerFailure {
+		t.Errorf("fast path: %s, want SERVFAIL", dns.RcodeToString[m.Rcode])
+	}
+	if c := counts(); c != [2]int32{2, 1} {
+		t.Errorf("fast path: queries per resolver %v, want [2 1]", c)
+	}
+	if _, err := p.up.Exchange(context.Background(), pack(t, query("www.foo.com.", dns.TypeA, false, false)), false); err == nil {
+		t.Error("Exchange: no error from resolvers that never answer")
+	}
+	if c := counts(); c != [2]int32{2, 1} {
+		t.Errorf("Exchange: queries per resolver %v, want [2 1]", c)
+	}
+}

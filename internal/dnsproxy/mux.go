@@ -34,10 +34,26 @@ const (
 
 // waiter gets the outcome of one upstream attempt of a pending query,
 // exactly once: the answer (valid only during the call; the ID is the one
-// sent upstream) or an error. out collects replies to clients to be sent
-// after the current batch; nil means send at once.
+// sent upstream) or an error. r is the socket reader's current batch, for
+// work the waiter leaves to the batch's end; nil means no batch.
 type waiter interface {
-	upstreamDone(p *pending, ans []byte, err error, out *replies)
+	upstreamDone(p *pending, ans []byte, err error, r *round)
+}
+
+// round is one read batch of a socket's reader (recvmmsg). A waiter may
+// leave work for the batch's end in its sink (the UDP server: its answers
+// to clients, sent in one sendmmsg, udp.go); the reader ends the round
+// after every batch. The mux knows of the sink only that it flushes, so
+// the upstream layer does not depend on the servers above it.
+type round struct {
+	sink interface{ flush() }
+}
+
+// end flushes what the batch's waiters left in the sink.
+func (r *round) end() {
+	if r.sink != nil {
+		r.sink.flush()
+	}
 }
 
 // pending is one query waiting for its answer on a socket.
@@ -188,14 +204,14 @@ var recvBatches = sync.Pool{New: func() any { return newBatch(answerBurst, answe
 func (s *udpSocket) run() {
 	b := recvBatches.Get().(*batch)
 	defer recvBatches.Put(b)
-	var out replies
+	var out round
 	for {
 		n, err := b.recv(s.rc, false)
 		switch {
 		case err == nil:
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			closeNow := s.expire(&out)
-			out.flush()
+			out.end()
 			if closeNow {
 				s.conn.Close()
 				return
@@ -207,7 +223,7 @@ func (s *udpSocket) run() {
 			// ICMP port unreachable (ECONNREFUSED) and the like: the
 			// resolver is not there; every query on the socket fails.
 			s.fail(err, &out)
-			out.flush()
+			out.end()
 			return
 		}
 		closeNow := false
@@ -216,7 +232,7 @@ func (s *udpSocket) run() {
 				closeNow = true
 			}
 		}
-		out.flush()
+		out.end()
 		if closeNow {
 			s.conn.Close()
 			return
@@ -226,7 +242,7 @@ func (s *udpSocket) run() {
 
 // deliver hands ans to the query it answers; it reports whether the
 // socket is now used up and idle.
-func (s *udpSocket) deliver(ans []byte, out *replies) bool {
+func (s *udpSocket) deliver(ans []byte, out *round) bool {
 	u := s.u
 	if len(ans) < headerLen {
 		u.skip(s.server, errShort, false)
@@ -262,7 +278,7 @@ func (s *udpSocket) deliver(ans []byte, out *replies) bool {
 // expire fails the queries whose timeout has passed and sets the read
 // deadline to the next one's. It reports whether the socket is now used
 // up and idle.
-func (s *udpSocket) expire(out *replies) bool {
+func (s *udpSocket) expire(out *round) bool {
 	var due [socketUses]*pending
 	n := 0
 	now := time.Now()
@@ -297,7 +313,7 @@ func (s *udpSocket) expire(out *replies) bool {
 }
 
 // fail fails every waiting query with err and closes the socket.
-func (s *udpSocket) fail(err error, out *replies) {
+func (s *udpSocket) fail(err error, out *round) {
 	var due [socketUses]*pending
 	n := 0
 	s.mu.Lock()
@@ -326,7 +342,7 @@ type syncResult struct {
 	err error
 }
 
-func (w *syncWaiter) upstreamDone(_ *pending, ans []byte, err error, _ *replies) {
+func (w *syncWaiter) upstreamDone(_ *pending, ans []byte, err error, _ *round) {
 	if err == nil {
 		ans = append([]byte(nil), ans...)
 	}

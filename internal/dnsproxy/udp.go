@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
@@ -130,15 +129,13 @@ func (s *udpServer) handle(in *batch, i int, name []byte) *clientQuery {
 // f.wire and the registrations f.regs are used.
 func (s *udpServer) forward(fwd []*clientQuery, f *fwdBatch) {
 	u := s.p.up
-	server := u.servers[0]
+	server, _ := u.attemptServer(0)
 	f.wire, f.regs = f.wire[:0], f.regs[:0]
 	for _, c := range fwd {
 		start := len(f.wire)
 		r, b, err := u.mux.take(server, &c.pending, f.wire)
 		if err != nil {
-			u.attemptFailed(server, 0, err)
-			c.attempt++
-			c.forward(nil)
+			c.retry(server, err, nil)
 			continue
 		}
 		f.wire = b
@@ -153,9 +150,7 @@ func (s *udpServer) forward(fwd []*clientQuery, f *fwdBatch) {
 		run := f.regs[i:j]
 		f.out.send(sock.rc, func(k int, err error) {
 			if r := run[k]; sock.abort(&r.c.pending, r.slot) {
-				u.attemptFailed(server, r.c.attempt, err)
-				r.c.attempt++
-				r.c.forward(nil)
+				r.c.retry(server, err, nil)
 			}
 		})
 		i = j
@@ -287,48 +282,69 @@ type clientQuery struct {
 
 var clientQueries = sync.Pool{New: func() any { return new(clientQuery) }}
 
-// upstreamDone implements waiter.
-func (c *clientQuery) upstreamDone(p *pending, ans []byte, err error, out *replies) {
-	u := c.srv.p.up
+// upstreamDone implements waiter: the answers of one read batch of the
+// upstream socket go to clients in one sendmmsg (the round's replies).
+func (c *clientQuery) upstreamDone(p *pending, ans []byte, err error, r *round) {
+	out := roundReplies(r)
 	switch {
 	case err != nil:
-		u.attemptFailed(p.server, c.attempt, err)
-		c.attempt++
-		c.forward(out)
-	case ans[2]&0x02 != 0: // TC: ask again over TCP (RFC 7766 §5)
+		c.retry(p.server, err, out)
+	case truncated(ans):
 		go c.overTCP(p.server)
 	default:
 		c.send(c.srv.p.answer(&c.question, ans, false), out)
 	}
 }
 
-// forward sends the next attempt (an attempt over UDP and, after TC,
-// over TCP; resolvers in turn), or answers SERVFAIL when none is left.
+// roundReplies returns the replies that round r collects, made on first
+// use; nil r: none (answers go out at once).
+func roundReplies(r *round) *replies {
+	if r == nil {
+		return nil
+	}
+	out, ok := r.sink.(*replies)
+	if !ok {
+		out = new(replies)
+		r.sink = out
+	}
+	return out
+}
+
+// retry counts the failed attempt at server and goes on with the next
+// (Upstream's retry policy, upstream.go).
+func (c *clientQuery) retry(server string, err error, out *replies) {
+	c.srv.p.up.attemptFailed(server, c.attempt, err)
+	c.attempt++
+	c.forward(out)
+}
+
+// forward sends the query's next attempt over UDP, or answers SERVFAIL
+// when none is left (Upstream's retry policy).
 func (c *clientQuery) forward(out *replies) {
 	u := c.srv.p.up
 	var buf [querySlot]byte
-	for ; c.attempt < u.attempts; c.attempt++ {
-		server := u.servers[c.attempt%len(u.servers)]
-		attempt := c.attempt
+	for ; ; c.attempt++ {
+		server, ok := u.attemptServer(c.attempt)
+		if !ok {
+			break
+		}
 		r, b, err := u.mux.take(server, &c.pending, buf[:0])
 		if err == nil {
 			if _, err = r.sock.conn.Write(b); err == nil || !r.sock.abort(&c.pending, r.slot) {
 				return // c belongs to the socket now (see udpMux.take)
 			}
 		}
-		u.attemptFailed(server, attempt, err)
+		u.attemptFailed(server, c.attempt, err)
 	}
 	c.send(c.srv.p.servfail(&c.question), out)
 }
 
+// overTCP asks again over TCP after a truncated UDP answer, in the same
+// attempt (Upstream's retry policy).
 func (c *clientQuery) overTCP(server string) {
-	u := c.srv.p.up
-	binary.BigEndian.PutUint16(c.q, uint16(rand.Uint32()))
-	ans, err := u.exchangeTCP(context.Background(), server, c.q, c.qend)
+	ans, err := c.srv.p.up.tcpAttempt(context.Background(), server, c.q, c.qend)
 	if err != nil {
-		u.attemptFailed(server, c.attempt, err)
-		c.attempt++
-		c.forward(nil)
+		c.retry(server, err, nil)
 		return
 	}
 	c.send(c.srv.p.answer(&c.question, ans, false), nil)

@@ -120,17 +120,19 @@ func (u *Upstream) Exchange(ctx context.Context, query []byte, overTCP bool) ([]
 
 	q := make([]byte, len(query))
 	copy(q, query)
-	for i := range u.attempts {
-		server := u.servers[i%len(u.servers)]
-		binary.BigEndian.PutUint16(q, uint16(rand.Uint32()))
+	for i := 0; ; i++ {
+		server, ok := u.attemptServer(i)
+		if !ok {
+			return nil, err
+		}
 		var ans []byte
 		if overTCP {
-			ans, err = u.exchangeTCP(ctx, server, q, qend)
+			ans, err = u.tcpAttempt(ctx, server, q, qend)
 		} else {
+			binary.BigEndian.PutUint16(q, uint16(rand.Uint32()))
 			ans, err = u.exchangeUDP(ctx, server, q, qend)
-			if err == nil && ans[2]&0x02 != 0 { // TC: ask again over TCP (RFC 7766 §5)
-				binary.BigEndian.PutUint16(q, uint16(rand.Uint32()))
-				ans, err = u.exchangeTCP(ctx, server, q, qend)
+			if err == nil && truncated(ans) {
+				ans, err = u.tcpAttempt(ctx, server, q, qend)
 			}
 		}
 		if err == nil {
@@ -141,7 +143,35 @@ func (u *Upstream) Exchange(ctx context.Context, query []byte, overTCP bool) ([]
 		}
 		u.attemptFailed(server, i, err)
 	}
-	return nil, err
+}
+
+// The retry policy of every exchange with the resolvers, the blocking one
+// (Exchange) and the UDP fast path's (clientQuery, udp.go), is written
+// here once: attempt n (0-based) goes to resolver n mod len(resolvers)
+// over UDP (attemptServer); a truncated answer is asked again over TCP
+// from the same resolver within the same attempt (truncated, tcpAttempt;
+// RFC 7766 §5); a failed attempt is counted (attemptFailed) and the next
+// one follows; when no attempt is left the exchange fails (a client gets
+// SERVFAIL).
+
+// attemptServer returns the resolver of attempt n (0-based), or false
+// when the Attempts are used up.
+func (u *Upstream) attemptServer(n int) (string, bool) {
+	if n >= u.attempts {
+		return "", false
+	}
+	return u.servers[n%len(u.servers)], true
+}
+
+// truncated reports whether the answer ans has the TC bit set (RFC 1035
+// §4.1.1): it is asked again over TCP.
+func truncated(ans []byte) bool { return ans[2]&0x02 != 0 }
+
+// tcpAttempt asks q (question ending at qend) over TCP from server with a
+// fresh random ID written into q.
+func (u *Upstream) tcpAttempt(ctx context.Context, server string, q []byte, qend int) ([]byte, error) {
+	binary.BigEndian.PutUint16(q, uint16(rand.Uint32()))
+	return u.exchangeTCP(ctx, server, q, qend)
 }
 
 // attemptFailed counts and logs a failed attempt (0-based) at server.
@@ -163,7 +193,7 @@ func (u *Upstream) accept(q, ans []byte, qend int) (err error, malformed bool) {
 	}
 	aqend, err := checkFraming(ans)
 	if err != nil {
-		if ans[2]&0x02 != 0 && len(ans) >= qend && sameQuestion(ans[headerLen:min(qend, len(ans))], q[headerLen:qend]) {
+		if truncated(ans) && len(ans) >= qend && sameQuestion(ans[headerLen:min(qend, len(ans))], q[headerLen:qend]) {
 			return nil, false // a truncated answer may end anywhere; TCP gets the whole
 		}
 		return err, true
