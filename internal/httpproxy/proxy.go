@@ -494,6 +494,18 @@ func (d decision) upstreamError(k kind, code int, reason string, err error) deci
 	return d
 }
 
+// upstreamFailed is upstreamError for a round trip to Squid that got no
+// response: 504 "upstream timed out" when err is a timeout (a net.Error
+// whose Timeout is true, or a passed deadline), else 502 "upstream failed"
+// (RFC 9110 §15.6.3, §15.6.5). Both HTTP paths classify such failures here.
+func (d decision) upstreamFailed(k kind, err error) decision {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+		return d.upstreamError(k, http.StatusGatewayTimeout, "upstream timed out", err)
+	}
+	return d.upstreamError(k, http.StatusBadGateway, "upstream failed", err)
+}
+
 // account counts and logs a decision: the host mismatch, and for an
 // answered request its outcome (a forwarded request is counted when its
 // response arrives).
@@ -926,12 +938,7 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 		p.log.Debug("client went away", "src", r.RemoteAddr, "url", ri.target)
 		return
 	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
-		p.answer(w, r, decision{md: ri.mode}.upstreamError(ri.kind, http.StatusGatewayTimeout, "upstream timed out", err))
-		return
-	}
-	p.answer(w, r, decision{md: ri.mode}.upstreamError(ri.kind, http.StatusBadGateway, "upstream failed", err))
+	p.answer(w, r, decision{md: ri.mode}.upstreamFailed(ri.kind, err))
 }
 
 // proxyFor is the Squid Transport's Proxy function. With PROXY protocol

@@ -358,13 +358,7 @@ func (rc *relayConn) forward(raw []byte, ri *reqInfo) bool {
 	rh, err := rc.roundTrip(out)
 	if err != nil {
 		rc.releaseReader()
-		var ne net.Error
-		d := decision{md: ri.mode}
-		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
-			d = d.upstreamError(ri.kind, http.StatusGatewayTimeout, "upstream timed out", err)
-		} else {
-			d = d.upstreamError(ri.kind, http.StatusBadGateway, "upstream failed", err)
-		}
+		d := decision{md: ri.mode}.upstreamFailed(ri.kind, err)
 		p.account(&rc.req, &d)
 		rc.out = appendErrorAnswer(rc.out[:0], d.code, d.reason, rc.head.close || rc.s.closing())
 		_, err := rc.c.Write(rc.out)
