@@ -3,8 +3,11 @@ package httpproxy
 import (
 	"bytes"
 	"net/http"
+	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"pep/internal/rewrite"
 )
 
 // span is a byte range [from, to) of a head.
@@ -194,20 +197,25 @@ type respHead struct {
 // are removed anyway. The relay's parser and dietHeader both follow it.
 var radioDiet = map[string]bool{"via": true, "x-cache": true, "x-cache-lookup": true, "pep-transform": true}
 
-// rewriteHeaders are the response headers adjustResponse reads or writes:
-// Location, Set-Cookie and Access-Control-Allow-Origin (VIP-path mapping)
-// and those
-// rewrite.Rewriter.Response reads (Content-Type, Content-Range,
-// Content-Encoding, Cache-Control) or changes (ETag, Content-MD5,
-// Accept-Ranges; Content-Length is the relay's framing). The relay puts
-// just these into the header map it gives adjustResponse; this list must
-// follow the rewriter.
-var rewriteHeaders = map[string]string{
-	"content-type": "Content-Type", "content-range": "Content-Range", "content-encoding": "Content-Encoding",
-	"cache-control": "Cache-Control", "etag": "Etag", "content-md5": "Content-Md5",
-	"accept-ranges": "Accept-Ranges", "location": "Location", "set-cookie": "Set-Cookie",
-	"access-control-allow-origin": "Access-Control-Allow-Origin",
-}
+// vipPathHeaders are the response headers adjustResponse maps for a
+// VIP-path request (Location and Set-Cookie mapped, Access-Control-Allow-Origin
+// added).
+var vipPathHeaders = []string{"Location", "Set-Cookie", "Access-Control-Allow-Origin"}
+
+// rewriteHeaders are the response headers adjustResponse reads or writes,
+// lower-case name to canonical name: vipPathHeaders and the ones the
+// rewriter reads or changes (rewrite.ResponseHeaders, the rewriter's own
+// list) but Content-Length, which is the relay's framing. The relay puts
+// just these into the header map it gives adjustResponse.
+var rewriteHeaders = func() map[string]string {
+	m := map[string]string{}
+	for _, h := range append(append([]string(nil), vipPathHeaders...), rewrite.ResponseHeaders...) {
+		if h = http.CanonicalHeaderKey(h); h != "Content-Length" {
+			m[strings.ToLower(h)] = h
+		}
+	}
+	return m
+}()
 
 // parseResponseHead parses a response head from Squid: HTTP/1.1, a final
 // status (200-599), framing by Content-Length or chunked, a Connection

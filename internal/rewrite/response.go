@@ -53,6 +53,15 @@ type Result struct {
 	Err error
 }
 
+// ResponseHeaders are the response header fields Response reads
+// (Content-Type, Content-Range, Content-Encoding, Cache-Control for
+// no-transform) or changes (Content-Length, ETag, Content-MD5,
+// Accept-Ranges), in canonical form (http.CanonicalHeaderKey). A caller
+// that hands Response a header map of selected fields (httpproxy's relay)
+// must include these; TestResponse runs every case with just these.
+var ResponseHeaders = []string{"Content-Type", "Content-Range", "Content-Encoding", "Cache-Control",
+	"Content-Length", "Etag", "Content-Md5", "Accept-Ranges"}
+
 // Response rewrites resp's body in place when it is HTML or CSS (by
 // Content-Type), leaving it byte for byte as it came otherwise. doc is the
 // URL relative references resolve against: the request URL for an

@@ -107,17 +107,7 @@ func serve(t *testing.T, method string, h http.Header, status int, body []byte) 
 func TestResponse(t *testing.T) {
 	utf16 := []byte{0xff, 0xfe, '<', 0, 'i', 0}
 	big := pageIn + strings.Repeat(" ", 2000)
-	tests := []struct {
-		name     string
-		method   string
-		status   int
-		header   map[string]string
-		body     []byte
-		coding   string // how to decode the output for comparison
-		want     string // decoded output; "" means: original bytes unchanged
-		reason   Reason
-		weakETag string
-	}{
+	tests := []responseCase{
 		{name: "html identity", header: map[string]string{"Content-Type": "text/html; charset=iso-8859-1", "ETag": `"abc"`},
 			body: []byte(pageIn), want: pageOut, weakETag: `W/"abc"`},
 		{name: "xhtml", header: map[string]string{"Content-Type": "application/xhtml+xml"},
@@ -161,6 +151,35 @@ func TestResponse(t *testing.T) {
 		{name: "nothing to rewrite", header: map[string]string{"Content-Type": "text/html", "Content-Encoding": "gzip", "ETag": `"e"`},
 			body: gz(t, `<a href="http://a.com/">x</a>`), reason: ReasonUnchanged},
 	}
+	// Every case runs twice: with the headers as served, and with the
+	// response's header map cut down to ResponseHeaders, as httpproxy's
+	// relay hands it to the rewriter. The results must be the same, so the
+	// list follows what Response reads.
+	for _, only := range []bool{false, true} {
+		t.Run(map[bool]string{false: "all headers", true: "ResponseHeaders only"}[only], func(t *testing.T) {
+			testResponse(t, tests, only)
+		})
+	}
+}
+
+// responseCase is one case of TestResponse.
+type responseCase struct {
+	name     string
+	method   string
+	status   int
+	header   map[string]string
+	body     []byte
+	coding   string // how to decode the output for comparison
+	want     string // decoded output; "" means: original bytes unchanged
+	reason   Reason
+	weakETag string
+}
+
+func testResponse(t *testing.T, tests []responseCase, only bool) {
+	keep := map[string]bool{}
+	for _, h := range ResponseHeaders {
+		keep[h] = true
+	}
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
@@ -185,6 +204,13 @@ func TestResponse(t *testing.T) {
 				status = 200
 			}
 			resp := serve(t, method, h, status, tc.body)
+			if only {
+				for k := range resp.Header {
+					if !keep[k] {
+						delete(resp.Header, k)
+					}
+				}
+			}
 			res := r.Response(resp, mustURL(t, "http://www.foo.com/index.html"))
 			got, err := io.ReadAll(resp.Body)
 			if err != nil {
