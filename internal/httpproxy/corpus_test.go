@@ -487,15 +487,15 @@ func expand(s, prefix, host string) string {
 	return s
 }
 
-// TestSmugglingCorpus runs the corpus against pepd's relay (the default:
-// it serves plain GETs and hands everything else to the standard library
-// with the connection) and against the standard library path alone, both
-// in front of one real Squid and the logging origin.
-func TestSmugglingCorpus(t *testing.T) {
-	start := time.Now()
-	ns := startDNS(t, siteRecords)
-	o := startCorpusOrigin(t)
-	port := o.addr.Port()
+// startCorpusBed starts what the corpus tests run against: the DNS server
+// for the sites, the logging origin (its port also in corpusPort) and a
+// real Squid with the PROXY protocol that may reach the origin. host is
+// the origin's Host value.
+func startCorpusBed(t *testing.T) (ns *dnsServer, o *corpusOrigin, port uint16, sq *squid, host string) {
+	t.Helper()
+	ns = startDNS(t, siteRecords)
+	o = startCorpusOrigin(t)
+	port = o.addr.Port()
 	corpusPort = strconv.Itoa(int(port))
 	sc := DefaultSquidConf(testVIP)
 	sc.ProxyProtocol = true
@@ -506,8 +506,18 @@ func TestSmugglingCorpus(t *testing.T) {
 	if ns.Addr != ns.IP+":53" {
 		sc.HostsFile = writeHosts(t, siteRecords)
 	}
-	sq := startSquid(t, sc)
-	host := "www.site.test:" + corpusPort
+	sq = startSquid(t, sc)
+	host = "www.site.test:" + corpusPort
+	return ns, o, port, sq, host
+}
+
+// TestSmugglingCorpus runs the corpus against pepd's relay (the default:
+// it serves plain GETs and hands everything else to the standard library
+// with the connection) and against the standard library path alone, both
+// in front of one real Squid and the logging origin.
+func TestSmugglingCorpus(t *testing.T) {
+	start := time.Now()
+	ns, o, port, sq, host := startCorpusBed(t)
 	var prefixes []string
 	for _, path := range []struct {
 		name   string
@@ -753,21 +763,7 @@ func (c *countingConn) Read(p []byte) (int, error) {
 // copying one; unserialised, the head was written twice (6 of 300 at
 // c2b5929, which failed TestSmugglingCorpus in CI once).
 func TestTruncatedHeadOnce(t *testing.T) {
-	ns := startDNS(t, siteRecords)
-	o := startCorpusOrigin(t)
-	port := o.addr.Port()
-	corpusPort = strconv.Itoa(int(port))
-	sc := DefaultSquidConf(testVIP)
-	sc.ProxyProtocol = true
-	sc.Subscribers = []string{"127.0.0.0/8"}
-	sc.AllowedPorts = []uint16{80, port}
-	sc.AllowDst = []string{originIP + "/32"}
-	sc.Resolvers = []string{ns.IP}
-	if ns.Addr != ns.IP+":53" {
-		sc.HostsFile = writeHosts(t, siteRecords)
-	}
-	sq := startSquid(t, sc)
-	host := "www.site.test:" + corpusPort
+	ns, _, port, sq, host := startCorpusBed(t)
 	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off, stdlib: true,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}})
 	before := testutilValue(p.M.truncated)
