@@ -379,9 +379,13 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 		// The tier's own files, unless given: it runs beside the disk Squid.
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, v := range map[string]*string{"log-dir": logDir, "pid-file": pidFile, "cache-dir": cacheDir} {
-			if !set[name] {
-				*v = map[string]string{"log-dir": "/var/log/squid-memtier", "pid-file": "/run/squid-memtier.pid", "cache-dir": "/var/spool/squid-memtier"}[name]
+		for _, d := range []struct {
+			name string
+			v    *string
+			def  string
+		}{{"log-dir", logDir, "/var/log/squid-memtier"}, {"pid-file", pidFile, "/run/squid-memtier.pid"}, {"cache-dir", cacheDir, "/var/spool/squid-memtier"}} {
+			if !set[d.name] {
+				*d.v = d.def
 			}
 		}
 	}
