@@ -220,3 +220,37 @@ func TestCacheCommand(t *testing.T) {
 		t.Errorf("status %d for a bad argument, want 2", code)
 	}
 }
+
+// TestSquidConfMemoryTier: with cache.memory_tier set, squid-conf renders
+// the tier as the disk Squid's parent, and -memory-tier renders the tier
+// itself: memory only, on the tier's address, its own files by default.
+func TestSquidConfMemoryTier(t *testing.T) {
+	src, err := os.ReadFile("../../configs/pepd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "pepd.yaml")
+	conf := strings.Replace(string(src), `memory_tier: ""`, `memory_tier: "127.0.0.1:3140"`, 1)
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var disk, tier, errb bytes.Buffer
+	if st := run([]string{"squid-conf", "-config", cfg, "-template", "../../configs/squid.conf", "-cache-dir", "/tmp/x", "-log-dir", "/tmp"}, nil, &disk, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	if !strings.Contains(disk.String(), "\ncache_peer 127.0.0.1 parent 3140 ") || !strings.Contains(disk.String(), "\ncache_dir ") {
+		t.Errorf("disk Squid's conf lacks the tier parent or its cache_dir:\n%s", disk.String())
+	}
+	squidParse(t, disk.Bytes())
+	if st := run([]string{"squid-conf", "-config", cfg, "-template", "../../configs/squid.conf", "-memory-tier"}, nil, &tier, &errb); st != 0 {
+		t.Fatalf("-memory-tier: status %d: %s", st, errb.String())
+	}
+	for _, want := range []string{"http_port 127.0.0.1:3140\n", "pid_filename /run/squid-memtier.pid\n", "cache_log /var/log/squid-memtier/cache.log\n"} {
+		if !strings.Contains(tier.String(), want) {
+			t.Errorf("tier conf lacks %q", want)
+		}
+	}
+	if strings.Contains(tier.String(), "\ncache_dir ") || strings.Contains(tier.String(), "\ncache_peer 127.0.0.1 parent 3140") {
+		t.Errorf("tier conf has a cache_dir or itself as parent:\n%s", tier.String())
+	}
+}
