@@ -1,6 +1,7 @@
 package cachepolicy
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"sync"
@@ -146,28 +147,30 @@ func TestNewAdmissionErrors(t *testing.T) {
 func TestPolicyMark(t *testing.T) {
 	var nilPolicy *Policy
 	u, _ := url.Parse("http://img.test:8080/a.png?x=1")
-	if nilPolicy.Mark("GET", u, true) || nilPolicy.Counts() != (Counts{}) {
+	if nilPolicy.Mark("GET", u, true).First || nilPolicy.Counts() != (Counts{}) {
 		t.Error("a nil Policy marks or counts")
 	}
 	a, _ := newTestAdmission(t, time.Hour, 1000)
 	p := NewPolicy(a, true)
-	if !p.Mark("GET", u, false) {
+	first := p.Mark("GET", u, false)
+	if !first.First {
 		t.Error("first GET not marked")
 	}
-	if p.Mark("GET", u, false) {
+	first.Done()
+	if p.Mark("GET", u, false).First {
 		t.Error("second GET marked")
 	}
-	if p.Mark("HEAD", &url.URL{Host: "h.test", Path: "/new"}, false) {
+	if p.Mark("HEAD", &url.URL{Host: "h.test", Path: "/new"}, false).First {
 		t.Error("HEAD marked")
 	}
-	if p.Mark("GET", &url.URL{Host: "h.test", Path: "/private"}, true) {
+	if p.Mark("GET", &url.URL{Host: "h.test", Path: "/private"}, true).First {
 		t.Error("private request marked first-seen")
 	}
 	if got, want := p.Counts(), (Counts{FirstSeen: 1, Admitted: 1, Private: 1}); got != want {
 		t.Errorf("Counts = %+v, want %+v", got, want)
 	}
 	p.SetAdmission(false)
-	if p.Mark("GET", &url.URL{Host: "h.test", Path: "/off"}, false) || p.AdmissionOn() {
+	if p.Mark("GET", &url.URL{Host: "h.test", Path: "/off"}, false).First || p.AdmissionOn() {
 		t.Error("marked with admission switched off")
 	}
 	if NewPolicy(nil, true).AdmissionOn() {
@@ -177,8 +180,82 @@ func TestPolicyMark(t *testing.T) {
 	if err := p.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := testutil.GatherAndCount(reg, "pep_cache_first_seen_total", "pep_cache_private_total", "pep_cache_admission_enabled"); err != nil || n != 3 {
+	if n, err := testutil.GatherAndCount(reg, "pep_cache_first_seen_total", "pep_cache_private_total", "pep_cache_admission_enabled",
+		"pep_cache_held_total", "pep_cache_hold_timeouts_total"); err != nil || n != 5 {
 		t.Errorf("registered series: %d, %v", n, err)
+	}
+}
+
+// TestPolicyHold: requests for a URL whose first-seen request is in
+// flight wait for its Done (Policy.Mark says why); 50 requests at once
+// for a new URL give exactly one first-seen mark; a request after Done,
+// and requests for other URLs, are not held; Done twice is harmless.
+func TestPolicyHold(t *testing.T) {
+	a, _ := newTestAdmission(t, time.Hour, 1000)
+	p := NewPolicy(a, true)
+	u := &url.URL{Scheme: "http", Host: "img.test", Path: "/burst.png"}
+	tickets := make([]Ticket, 50)
+	var wg sync.WaitGroup
+	for i := range tickets {
+		wg.Add(1)
+		go func() { defer wg.Done(); tickets[i] = p.Mark("GET", u, false) }()
+	}
+	wg.Wait()
+	var first Ticket
+	n := 0
+	for _, tk := range tickets {
+		if tk.First {
+			first, n = tk, n+1
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d of 50 concurrent requests marked first-seen, want 1", n)
+	}
+	if first.Wait(context.Background()) {
+		t.Error("the first-seen request held itself")
+	}
+	other := p.Mark("GET", &url.URL{Scheme: "http", Host: "img.test", Path: "/other.png"}, false)
+	if !other.First || other.Wait(context.Background()) {
+		t.Error("a request for another URL held, or not first-seen")
+	}
+	released := make(chan time.Time, len(tickets))
+	for _, tk := range tickets {
+		if !tk.First {
+			go func() { tk.Wait(context.Background()); released <- time.Now() }()
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if len(released) != 0 {
+		t.Fatalf("%d held requests went before the first-seen one's Done", len(released))
+	}
+	done := time.Now()
+	first.Done()
+	first.Done()
+	for range 49 {
+		select {
+		case at := <-released:
+			if at.Before(done) {
+				t.Error("released before Done")
+			}
+		case <-time.After(time.Second):
+			t.Fatal("a held request was not released by Done")
+		}
+	}
+	if p.Mark("GET", u, false).Wait(context.Background()) {
+		t.Error("a request after Done was held")
+	}
+	// A held request whose subscriber goes away stops waiting.
+	u2 := &url.URL{Scheme: "http", Host: "img.test", Path: "/slow.png"}
+	slow := p.Mark("GET", u2, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if !p.Mark("GET", u2, false).Wait(ctx) || time.Since(start) > HoldMax/2 {
+		t.Error("a held request did not end with its context")
+	}
+	slow.Done()
+	if c := p.Counts(); c.Held != 50 || c.HoldTimeouts != 0 || c.FirstSeen != 3 {
+		t.Errorf("Counts = %+v, want 50 held (49 and the cancelled one), no timeouts, 3 first-seen", c)
 	}
 }
 

@@ -160,29 +160,40 @@ func TestSecondHitAdmission(t *testing.T) {
 	}
 }
 
-// TestAdmissionCollapsing: same-click collapsing (seed 000) still works
-// with admission on: 20 identical requests at once for a new cacheable
-// object reach the origin once, although the first of them is marked
-// first-seen (the others join its fetch before its response says
-// whether it may be stored).
+// TestAdmissionCollapsing: same-click collapsing (seed 000) with
+// admission on. 20 identical requests at once for a new cacheable object:
+// pepd marks one first-seen and holds the other 19 until its response
+// head came from Squid (cachepolicy.Policy.Mark), then they go together
+// and collapse on one fetch. The origin sees exactly two fetches, and the
+// object is stored: a 21st request is a hit. Before the hold the count
+// depended on which request reached Squid first: 1 when an unmarked one
+// led, 20 when the marked one did (Squid forwards each follower again
+// when the leader's reply may not be stored), and with the marked one
+// kept out of collapsing its reply released the others' entry, so
+// nothing was stored.
 func TestAdmissionCollapsing(t *testing.T) {
-	p, _, o, pol, _ := cacheWorld(t, true, true)
+	p, sq, o, pol, mgr := cacheWorld(t, true, true)
 	url := "http://192.0.2.12/img.cdn.test:" + o.Port + "/click.png"
+	get := func(sub string) error {
+		resp, err := p.client(sub).Get(url)
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "PNG-click" {
+			return fmt.Errorf("%s: %d %q", sub, resp.StatusCode, b)
+		}
+		return nil
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 20)
 	for i := range 20 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := p.client(fmt.Sprintf("127.0.1.%d", i+1)).Get(url)
-			if err != nil {
+			if err := get(fmt.Sprintf("127.0.1.%d", i+1)); err != nil {
 				errs <- err
-				return
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 || string(b) != "PNG-click" {
-				errs <- fmt.Errorf("%d %q", resp.StatusCode, b)
 			}
 		}()
 	}
@@ -191,9 +202,30 @@ func TestAdmissionCollapsing(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	t.Logf("origin requests %d, first-seen marks %d", o.hitCount("img.cdn.test/click.png"), pol.Counts().FirstSeen)
-	if got := o.hitCount("img.cdn.test/click.png"); got != 1 {
-		t.Errorf("the origin saw %d requests for 20 at once, want 1", got)
+	c := pol.Counts()
+	t.Logf("pepd: %+v", c)
+	if c.FirstSeen != 1 {
+		t.Errorf("pepd marked %d requests first-seen, want 1", c.FirstSeen)
+	}
+	if c.Held == 0 || c.HoldTimeouts != 0 {
+		t.Errorf("pepd held %d requests, %d released by the bound: want some, none", c.Held, c.HoldTimeouts)
+	}
+	got := o.hitCount("img.cdn.test/click.png")
+	if got != 2 {
+		t.Errorf("the origin saw %d requests for 20 at once, want 2 (the first-seen one, and one the other 19 collapse on)", got)
+		for _, l := range sq.accessLog(t) {
+			t.Log(l)
+		}
+	}
+	waitSwapOuts(t, mgr, 1)
+	if err := get("127.0.1.21"); err != nil {
+		t.Fatal(err)
+	}
+	if after := o.hitCount("img.cdn.test/click.png"); after != got {
+		t.Errorf("the 21st request reached the origin (%d requests, %d before): the burst did not store the object", after, got)
+		for _, l := range sq.accessLog(t) {
+			t.Log(l)
+		}
 	}
 }
 

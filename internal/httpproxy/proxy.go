@@ -260,6 +260,7 @@ type reqInfo struct {
 	started time.Time
 	body    *subscriberBody // the subscriber's request body, nil without one
 	w       http.ResponseWriter
+	admit   cachepolicy.Ticket // second-hit admission's mark and hold (cachepolicy.Policy.Mark)
 }
 
 // subscriberBody is a subscriber's request body as the reverse proxy reads it;
@@ -329,6 +330,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.ri.body = &subscriberBody{ReadCloser: r.Body}
 		r.Body = d.ri.body
 	}
+	defer func() { d.ri.admit.Done() }() // roundTripper's, unless the request failed before it
 	p.rp.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), ctxKey{}, d.ri)))
 }
 
@@ -721,8 +723,10 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 	// pepd's own mark (a subscriber's is dropped, pepd decides), the same
 	// decision as the relay's (relayConn.requestHead).
 	delete(pr.Out.Header, cachepolicy.FirstHeader)
-	if !ri.direct.IsValid() && p.cache.Mark(pr.In.Method, ri.target, private) {
-		pr.Out.Header.Set(cachepolicy.FirstHeader, "1")
+	if !ri.direct.IsValid() {
+		if ri.admit = p.cache.Mark(pr.In.Method, ri.target, private); ri.admit.First {
+			pr.Out.Header.Set(cachepolicy.FirstHeader, "1")
+		}
 	}
 	delete(pr.Out.Header, optimize.MarkHeader)
 	if !ri.direct.IsValid() && p.opt.Mark(pr.In.Method, ri.target.Hostname(), pr.In.Header.Get("Range") != "",
@@ -1057,8 +1061,10 @@ func (t roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	if ri.direct.IsValid() {
 		tr, obs = t.p.direct, t.p.m.upDirect
 	}
+	ri.admit.Wait(r.Context())
 	start := time.Now()
 	resp, err := tr.RoundTrip(r)
+	ri.admit.Done()
 	if err == nil {
 		obs.Observe(time.Since(start).Seconds())
 	}

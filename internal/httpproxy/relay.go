@@ -354,8 +354,10 @@ func (rc *relayConn) forward(raw []byte, ri *reqInfo) bool {
 	p := rc.p
 	out := rc.requestHead(raw, ri)
 	rc.br.Discard(len(raw))
+	ri.admit.Wait(context.Background())
 	ri.started = time.Now()
 	rh, err := rc.roundTrip(out)
+	ri.admit.Done()
 	if err != nil {
 		rc.releaseReader()
 		d := decision{md: ri.mode}.upstreamFailed(ri.kind, err)
@@ -439,7 +441,7 @@ func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
 	// The same decision as the standard library path's
 	// (Proxy.rewriteRequest); a subscriber's own Pep-First was dropped
 	// (parseRequestHead).
-	if rc.p.cache.Mark(h.method, ri.target, private) {
+	if ri.admit = rc.p.cache.Mark(h.method, ri.target, private); ri.admit.First {
 		out = append(out, cachepolicy.FirstHeader+": 1\r\n"...)
 	}
 	if !rc.p.pp {
