@@ -151,7 +151,9 @@ func squidParse(t *testing.T, conf []byte) {
 
 // TestSquidConfAdmission: cache.admission second-hit renders the
 // store_miss rule and cache.memory_max_object the memory bound; the
-// defaults render neither the rule nor another bound. Squid parses both.
+// defaults render neither the rule nor another bound, and the optimizer's
+// (on by default) store_miss rule for deferred transforms. Squid parses
+// both.
 func TestSquidConfAdmission(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "pepd.yaml")
 	if err := os.WriteFile(cfg, []byte("cache:\n  admission: second-hit\n  memory_max_object: 512KiB\n"), 0o644); err != nil {
@@ -164,7 +166,8 @@ func TestSquidConfAdmission(t *testing.T) {
 		{[]string{"-config", cfg}, []string{"acl pep_first req_header Pep-First .\nstore_miss deny pep_first\n",
 			"maximum_object_size_in_memory 512 KB\n", "request_header_access Pep-First deny all\n"}, nil},
 		{nil, []string{"maximum_object_size_in_memory 1024 KB\n", "request_header_access Pep-First deny all\n",
-			"http_access allow localhost manager\nhttp_access deny manager\n", "cache deny manager\n"}, []string{"store_miss", "pep_first"}},
+			"http_access allow localhost manager\nhttp_access deny manager\n", "cache deny manager\n",
+			"acl pep_deferred rep_header Pep-Deferred .\nstore_miss deny pep_deferred\n"}, []string{"store_miss deny pep_first", "pep_first"}},
 	} {
 		var out, errb bytes.Buffer
 		args := append([]string{"squid-conf", "-template", "../../configs/squid.conf", "-cache-dir", "/tmp/x", "-log-dir", "/tmp"}, tc.args...)

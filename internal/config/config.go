@@ -220,8 +220,14 @@ type Optimize struct {
 	Workers int `yaml:"workers"`
 	// Queue bounds the transforms waiting for a worker; 0: 4 per worker.
 	Queue int `yaml:"queue"`
-	// Deadline bounds a transform's wait for a worker. Default 200ms.
+	// Deadline bounds how long a response waits for its transform (a
+	// worker and the transform together); past it the original is served
+	// and not stored, and the transform finishes for the next miss.
+	// Default optimize.DefaultDeadline (100ms).
 	Deadline time.Duration `yaml:"deadline"`
+	// ResultBytes bounds the finished transforms pepd keeps for the next
+	// miss of their object. Default 64MiB.
+	ResultBytes ByteSize `yaml:"result_bytes"`
 	// ExcludeFile lists sites never transformed, one host name per line
 	// (subdomains included); re-read on SIGHUP. Default none.
 	ExcludeFile string `yaml:"exclude_file"`
@@ -327,7 +333,7 @@ func Default() Config {
 		Rewrite: Rewrite{MaxBodyBytes: 8 << 20},
 		Guard:   Guard{AllowedPorts: []uint16{80}},
 		Optimize: Optimize{Listen: "127.0.0.1:3131", Quality: 75, MaxPixels: 40_000_000, MinSaving: 0.10,
-			MaxBodyBytes: 8 << 20, Deadline: 200 * time.Millisecond},
+			MaxBodyBytes: 8 << 20, Deadline: 100 * time.Millisecond, ResultBytes: 64 << 20},
 		Cache: Cache{Admission: "off", Window: time.Hour, FilterItems: 1_000_000, MemoryMaxObject: 1 << 20,
 			StatusTimeout: 2 * time.Second},
 		Log: Log{Level: "info", Format: "text"},
@@ -642,6 +648,8 @@ func (c *Config) Validate() error {
 		return field.Errorf("optimize.workers", "workers and queue must not be negative")
 	case o.Deadline < 0:
 		return field.Errorf("optimize.deadline", "%v must not be negative", o.Deadline)
+	case o.ResultBytes < 0:
+		return field.Errorf("optimize.result_bytes", "%d must not be negative", o.ResultBytes)
 	}
 	if o.ExcludeFile != "" {
 		if _, err := os.Stat(o.ExcludeFile); err != nil {

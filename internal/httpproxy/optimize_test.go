@@ -90,7 +90,9 @@ type optWorld struct {
 	images map[string][]byte
 }
 
-func startOptWorld(t testing.TB) *optWorld {
+// startOptWorld starts the world with the optimizer's deadline (zero:
+// its default).
+func startOptWorld(t testing.TB, deadline time.Duration) *optWorld {
 	records := map[string]string{"img.opt.test": originIP, "excluded.opt.test": originIP}
 	ns := startDNS(t, records)
 	read := func(n string) []byte {
@@ -101,7 +103,7 @@ func startOptWorld(t testing.TB) *optWorld {
 		return b
 	}
 	w := &optWorld{images: map[string][]byte{"photo.jpg": read("photo.jpg"), "corrupt.jpg": read("corrupt.jpg"),
-		"static.gif": read("static.gif"), "alpha.png": read("alpha.png")}}
+		"static.gif": read("static.gif"), "alpha.png": read("alpha.png"), "progressive.jpg": read("progressive.jpg")}}
 	css := []byte(strings.Repeat("body { margin: 0; padding: 0; font-family: sans-serif; }\n", 40))
 	files := map[string]optFile{
 		"/photo.jpg":    {"image/jpeg", "max-age=3600", w.images["photo.jpg"]},
@@ -110,7 +112,7 @@ func startOptWorld(t testing.TB) *optWorld {
 		"/keep.jpg":     {"image/jpeg", "max-age=3600, no-transform", w.images["photo.jpg"]},
 		"/stale.png":    {"image/png", "max-age=0", w.images["alpha.png"]},
 		"/static.gif":   {"image/gif", "max-age=3600", w.images["static.gif"]},
-		"/many.gif":     {"image/gif", "max-age=3600", w.images["static.gif"]},
+		"/many.jpg":     {"image/jpeg", "max-age=3600", w.images["progressive.jpg"]},
 		"/range.jpg":    {"image/jpeg", "max-age=3600", w.images["photo.jpg"]},
 		"/style.css":    {"text/css", "max-age=3600", css},
 		"/plain.css":    {"text/css", "max-age=3600", css},
@@ -124,7 +126,8 @@ func startOptWorld(t testing.TB) *optWorld {
 		t.Fatal(err)
 	}
 	res := &Resolver{Servers: []string{ns.Addr}, Timeout: time.Second}
-	osrv, err := optimize.New(optimize.Options{Image: optimize.DefaultImageOptions(), Lookup: res.Lookup, Metrics: om, Log: testLogger(t)})
+	osrv, err := optimize.New(optimize.Options{Image: optimize.DefaultImageOptions(), Lookup: res.Lookup, Metrics: om, Log: testLogger(t),
+		Deadline: deadline})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +234,10 @@ func (w *optWorld) fetch(t *testing.T, method, host, path string, hdr map[string
 // pepd and checks the acceptance points of issue 11 end to end, against a
 // real Squid and real image files.
 func TestOptimizerThroughSquid(t *testing.T) {
-	w := startOptWorld(t)
+	// A deadline no transcode here comes near, even on a loaded machine:
+	// these subtests check what is served and stored when the transform
+	// is waited for; TestOptimizerDeferred checks the deadline.
+	w := startOptWorld(t, time.Minute)
 	img := map[string]string{"Accept": chromeImageAccept}
 	transforms := func() float64 { return w.metric(t, "pep_optimize_transforms_total", nil) }
 
@@ -416,7 +422,7 @@ func TestOptimizerThroughSquid(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				resp, _ := w.fetch(t, "GET", "img.opt.test", "/many.gif", img)
+				resp, _ := w.fetch(t, "GET", "img.opt.test", "/many.jpg", img)
 				if resp.Header.Get("Content-Type") != optimize.TypeWebP {
 					t.Errorf("%q", resp.Header.Get("Content-Type"))
 				}
@@ -424,7 +430,7 @@ func TestOptimizerThroughSquid(t *testing.T) {
 		}
 		wg.Wait()
 		if got := w.metric(t, "pep_optimize_transform_seconds", map[string]string{"transform": "webp"}) - before; got != 1 {
-			t.Errorf("10 concurrent requests ran %v transcodes, want 1 (origin saw %d)", got, w.o.count("/many.gif"))
+			t.Errorf("10 concurrent requests ran %v transcodes, want 1 (origin saw %d)", got, w.o.count("/many.jpg"))
 		}
 	})
 
@@ -454,6 +460,63 @@ func TestOptimizerThroughSquid(t *testing.T) {
 	})
 }
 
+// TestOptimizerDeferred: a transform that misses optimize.deadline does
+// not delay the response. The first request gets the original, and Squid
+// does not store it (Pep-Deferred, store_miss); the transform finishes
+// behind it, the next miss gets the WebP from the optimizer's results
+// without a transcode, Squid stores it, and the request after that is a
+// hit. The phone never sees Pep-Deferred.
+func TestOptimizerDeferred(t *testing.T) {
+	w := startOptWorld(t, time.Nanosecond)
+	img := map[string]string{"Accept": chromeImageAccept}
+	runs := func() float64 {
+		return w.metric(t, "pep_optimize_transform_seconds", map[string]string{"transform": "webp"})
+	}
+	resp, b := w.fetch(t, "GET", "img.opt.test", "/photo.jpg", img)
+	if resp.StatusCode != 200 || !bytes.Equal(b, w.images["photo.jpg"]) || resp.Header.Get("Content-Type") != "image/jpeg" {
+		t.Fatalf("first request: %s %q, %d bytes, want the original JPEG", resp.Status, resp.Header.Get("Content-Type"), len(b))
+	}
+	if v := resp.Header.Get(optimize.DeferredHeader); v != "" {
+		t.Errorf("%s: %q crossed the radio link", optimize.DeferredHeader, v)
+	}
+	if got := w.metric(t, "pep_optimize_skipped_total", map[string]string{"reason": optimize.SkipDeferred}); got != 1 {
+		t.Errorf("deferred skips %v, want 1", got)
+	}
+	for deadline := time.Now().Add(20 * time.Second); runs() < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the deferred transcode never finished")
+		}
+	}
+	resp, b = w.fetch(t, "GET", "img.opt.test", "/photo.jpg", img)
+	if resp.Header.Get("Content-Type") != optimize.TypeWebP || !bytes.HasPrefix(b, []byte("RIFF")) {
+		t.Fatalf("second request: %q, %d bytes, want the WebP", resp.Header.Get("Content-Type"), len(b))
+	}
+	if got := w.o.count("/photo.jpg"); got != 2 {
+		t.Errorf("origin saw %d requests after two, want 2 (the deferred original was not stored)", got)
+	}
+	if got := w.metric(t, "pep_optimize_results_reused_total", map[string]string{"transform": "webp"}); got != 1 {
+		t.Errorf("results reused %v, want 1", got)
+	}
+	resp3, b3 := w.fetch(t, "GET", "img.opt.test", "/photo.jpg", img)
+	if !bytes.Equal(b3, b) || resp3.Header.Get("Content-Type") != optimize.TypeWebP {
+		t.Fatal("third request differs from the second")
+	}
+	if got := w.o.count("/photo.jpg"); got != 2 {
+		t.Errorf("origin saw %d requests after three, want 2 (the WebP is a Squid hit)", got)
+	}
+	if got := runs(); got != 1 {
+		t.Errorf("%v transcodes for three requests, want 1", got)
+	}
+	if hits := w.metric(t, "pep_optimize_served_total", map[string]string{"cache": "hit"}); hits != 1 {
+		t.Errorf("served hits %v, want 1", hits)
+	}
+	// The original variant is stored apart and unaffected.
+	_, b = w.fetch(t, "GET", "img.opt.test", "/photo.jpg", map[string]string{"Accept": "image/png,image/*;q=0.8"})
+	if !bytes.Equal(b, w.images["photo.jpg"]) {
+		t.Fatalf("Accept without webp: %d bytes, want the original's %d", len(b), len(w.images["photo.jpg"]))
+	}
+}
+
 // BenchmarkOptimizerCachedCPU is the CPU (this process: pepd and its
 // optimizer; and Squid) per cached request of a real 27 KB JPEG through
 // pepd with the optimizer switched off and on, the same Squid (whose
@@ -467,7 +530,7 @@ func BenchmarkOptimizerCachedCPU(b *testing.B) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		b.Skip("wrk not installed (apt-get install -y wrk)")
 	}
-	w := startOptWorld(b)
+	w := startOptWorld(b, time.Minute)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	host := "img.opt.test:" + w.o.port
 	accept := []string{"Accept", chromeImageAccept}

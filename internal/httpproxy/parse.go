@@ -193,9 +193,10 @@ type respHead struct {
 // radioDiet are the response headers that never cross the radio link
 // (issue 11, header diet): what Squid adds for debugging (Via, X-Cache,
 // X-Cache-Lookup: pepd's own metrics and Squid's access.log say the same)
-// and the optimizer's mark (optimize.TransformHeader). Hop-by-hop headers
+// and the optimizer's marks (optimize.TransformHeader,
+// optimize.DeferredHeader). Hop-by-hop headers
 // are removed anyway. The relay's parser and dietHeader both follow it.
-var radioDiet = map[string]bool{"via": true, "x-cache": true, "x-cache-lookup": true, "pep-transform": true}
+var radioDiet = map[string]bool{"via": true, "x-cache": true, "x-cache-lookup": true, "pep-transform": true, "pep-deferred": true}
 
 // vipPathHeaders are the response headers adjustResponse maps for a
 // VIP-path request (Location and Set-Cookie mapped, Access-Control-Allow-Origin

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -117,4 +118,30 @@ func BenchmarkGzip(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(out)/float64(total), "ratio")
+}
+
+// BenchmarkTranscodeLatency is the time of one image transform on one
+// core over the default pages' images, as percentiles (p50-ms, p90-ms,
+// p99-ms, max-ms): what optimize.deadline is chosen against (a transform
+// slower than the deadline is finished behind the response).
+//
+//	go test -run '^$' -bench TranscodeLatency -benchtime 3x ./internal/optimize/
+func BenchmarkTranscodeLatency(b *testing.B) {
+	_, bodies := benchFiles(b, false)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	o := DefaultImageOptions()
+	var ms []float64
+	for range b.N {
+		for _, body := range bodies {
+			start := time.Now()
+			Image(body, o)
+			ms = append(ms, float64(time.Since(start).Microseconds())/1000)
+		}
+	}
+	sort.Float64s(ms)
+	at := func(q float64) float64 { return ms[int(q*float64(len(ms)-1))] }
+	b.ReportMetric(at(0.5), "p50-ms")
+	b.ReportMetric(at(0.9), "p90-ms")
+	b.ReportMetric(at(0.99), "p99-ms")
+	b.ReportMetric(ms[len(ms)-1], "max-ms")
 }

@@ -66,7 +66,8 @@ const (
 	SkipFormat      = "unknown format"   // the bytes are not the JPEG, PNG or GIF the type names
 	SkipAnimated    = "animated"         // an animated GIF (passes as it is)
 	SkipTooLarge    = "body too large"   // over optimize.max_body_bytes: not buffered
-	SkipOverload    = "overload"         // the transcode queue was full or its deadline passed
+	SkipOverload    = "overload"         // the transform queue was full
+	SkipDeferred    = "deferred"         // not finished within optimize.deadline: served untransformed, finished for the next miss
 	SkipNoTransform = "no-transform"     // Cache-Control: no-transform (request or response)
 	SkipRange       = "range"            // a Range request or a Content-Range response
 	SkipEncoded     = "encoded"          // the origin's own Content-Encoding (left alone)

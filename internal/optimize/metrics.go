@@ -16,22 +16,24 @@ type Metrics struct {
 	seconds    *prometheus.HistogramVec // transform
 	depth      prometheus.Gauge
 	served     *prometheus.CounterVec // transform, cache (hit|miss)
+	reuse      *prometheus.CounterVec // transform
 }
 
 // NewMetrics registers the optimizer's series with reg:
 //
 //	pep_optimize_bytes_total{transform,type,direction}  body bytes into and out of transforms that were served
-//	pep_optimize_transforms_total{transform,type}        transforms served (webp, gzip; by original type)
+//	pep_optimize_transforms_total{transform,type}        transformed bodies served (webp, gzip; by original type)
 //	pep_optimize_skipped_total{reason}                   bodies passed untouched, by Skip* reason
 //	pep_optimize_transform_seconds{transform}            time in a transform (libvips, gzip), seconds
 //	pep_optimize_queue_depth                             transforms waiting for a worker
 //	pep_optimize_served_total{transform,cache}           transformed variants sent to subscribers, Squid hit or miss
+//	pep_optimize_results_reused_total{transform}         misses answered from a finished transform (deferred before), no transform run
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "bytes_total",
 			Help: "Body bytes into (direction=in) and out of (out) transforms that were served."}, []string{"transform", "type", "direction"}),
 		transforms: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "transforms_total",
-			Help: "Transforms done and served, by transform and original media type."}, []string{"transform", "type"}),
+			Help: "Transformed bodies served to Squid (fresh or reused), by transform and original media type."}, []string{"transform", "type"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "skipped_total",
 			Help: "Bodies of optimizable requests passed untouched, by reason."}, []string{"reason"}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "pep", Subsystem: "optimize", Name: "transform_seconds",
@@ -41,8 +43,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Transforms waiting for a worker."}),
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "served_total",
 			Help: "Transformed variants sent to subscribers, by Squid's cache result (hit: no transform ran)."}, []string{"transform", "cache"}),
+		reuse: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "results_reused_total",
+			Help: "Misses answered from a transform finished earlier (one that was deferred, or a body seen before): no transform ran."}, []string{"transform"}),
 	}
-	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served} {
+	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -56,20 +60,29 @@ func (m *Metrics) skip(reason string) {
 	}
 }
 
+func (m *Metrics) reused(transform string) {
+	if m != nil {
+		m.reuse.WithLabelValues(transform).Inc()
+	}
+}
+
 func (m *Metrics) queueDepth(d float64) {
 	if m != nil {
 		m.depth.Add(d)
 	}
 }
 
-// done records one transform of in bytes of media type mt into out bytes
-// taking d; served is false when its result was not used (a skip).
-func (m *Metrics) done(transform, mt string, d time.Duration, in, out int, served bool) {
-	if m == nil {
-		return
+// done records the time d of one transform run.
+func (m *Metrics) done(transform string, d time.Duration) {
+	if m != nil {
+		m.seconds.WithLabelValues(transform).Observe(d.Seconds())
 	}
-	m.seconds.WithLabelValues(transform).Observe(d.Seconds())
-	if !served {
+}
+
+// transformed records a transformed body served to Squid: in bytes of
+// media type mt became out bytes (fresh from a transform or reused).
+func (m *Metrics) transformed(transform, mt string, in, out int) {
+	if m == nil {
 		return
 	}
 	if t, _, err := mime.ParseMediaType(mt); err == nil {

@@ -37,6 +37,23 @@ const MarkHeader = "Pep-Optimize"
 // before the radio link (header diet).
 const TransformHeader = "Pep-Transform"
 
+// DefaultDeadline is Options.Deadline's default: the longest a response
+// waits for its transform (config optimize.deadline).
+const DefaultDeadline = 100 * time.Millisecond
+
+// DefaultResultBytes is Options.ResultBytes's default (config
+// optimize.result_bytes): 64 MiB of finished transforms, about 2,500 WebP
+// variants of tp5n's median image.
+const DefaultResultBytes = 64 << 20
+
+// DeferredHeader marks a response served untransformed because its
+// transform did not finish within Options.Deadline (its value names the
+// transform). The transform goes on; its result is kept for the next miss
+// of the object. Squid must not store such a response (configs/squid.conf:
+// store_miss deny pep_deferred), else its hits would never get the
+// variant; pepd removes the header before the radio link.
+const DeferredHeader = "Pep-Deferred"
+
 // etagSuffix marks a transformed variant's validator: W/"<origin
 // opaque-tag>.pep-<transform>" (RFC 9110 §8.8.3: a new representation,
 // weak since its bytes follow the encoder's version).
@@ -54,9 +71,15 @@ type Options struct {
 	// Queue bounds the transforms waiting for a worker (zero: 4*Workers);
 	// beyond it a body passes untouched (SkipOverload).
 	Queue int
-	// Deadline bounds the wait for a worker (zero: 200ms): a response
-	// is never held longer than this for a transform (SkipOverload).
+	// Deadline bounds how long a response waits for its transform, for a
+	// worker and the transform together (zero: DefaultDeadline). Past it
+	// the response goes untransformed and unstored (SkipDeferred,
+	// DeferredHeader) and the transform finishes behind it: a transform
+	// never delays a response by more than Deadline.
 	Deadline time.Duration
+	// ResultBytes bounds the finished transforms kept for the next miss of
+	// their object, in bytes (zero: DefaultResultBytes).
+	ResultBytes int64
 	// Lookup resolves an origin's host name (the carrier resolvers, never
 	// pepd's rewriter). Required.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -82,6 +105,8 @@ type Server struct {
 	slots  chan struct{} // one per running transform
 	queued chan struct{} // one per waiting transform
 	flight singleflight.Group
+	// results are finished transforms for the next miss of their object.
+	results *results
 }
 
 // New returns a Server for o.
@@ -102,7 +127,10 @@ func New(o Options) (*Server, error) {
 		o.Queue = 4 * o.Workers
 	}
 	if o.Deadline <= 0 {
-		o.Deadline = 200 * time.Millisecond
+		o.Deadline = DefaultDeadline
+	}
+	if o.ResultBytes <= 0 {
+		o.ResultBytes = DefaultResultBytes
 	}
 	if o.UpstreamTimeout <= 0 {
 		o.UpstreamTimeout = 60 * time.Second
@@ -110,7 +138,7 @@ func New(o Options) (*Server, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, slots: make(chan struct{}, o.Workers), queued: make(chan struct{}, o.Queue)}
+	s := &Server{o: o, slots: make(chan struct{}, o.Workers), queued: make(chan struct{}, o.Queue), results: newResults(o.ResultBytes)}
 	tr := &http.Transport{
 		DialContext:           s.dial,
 		MaxIdleConnsPerHost:   8,
@@ -319,11 +347,15 @@ func (s *Server) modify(resp *http.Response) error {
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	out, ctype, t, skip := s.transform(kind, mt, body)
+	out, ctype, t, skip := s.transform(kind, body)
 	if skip != "" {
 		s.o.Metrics.skip(skip)
+		if skip == SkipDeferred {
+			resp.Header.Set(DeferredHeader, t)
+		}
 		return nil
 	}
+	s.o.Metrics.transformed(t, mt, len(body), len(out))
 	resp.Body = io.NopCloser(bytes.NewReader(out))
 	resp.ContentLength = int64(len(out))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
@@ -351,47 +383,56 @@ type transformResult struct {
 	skip  string
 }
 
-// transform runs the transform for kind on body in a worker slot, waiting
-// at most Options.Deadline for one; identical concurrent bodies are
-// transformed once (singleflight on their SHA-256).
-func (s *Server) transform(kind, mt string, body []byte) (out []byte, ctype, t, skip string) {
+// transform runs the transform for kind on body, or takes its result
+// from an earlier run (results). It waits at most Options.Deadline, for a
+// worker and the transform together; past it, it returns SkipDeferred
+// and the transform goes on behind the response, its result kept for the
+// next miss of the same bytes. Identical concurrent bodies are
+// transformed once (singleflight on their SHA-256). A full queue returns
+// SkipOverload at once, and nothing runs.
+func (s *Server) transform(kind string, body []byte) (out []byte, ctype, t, skip string) {
 	t = "gzip"
 	if kind == "image" {
 		t = "webp"
 	}
 	sum := sha256.Sum256(body)
 	key := t + string(sum[:])
-	v, _, _ := s.flight.Do(key, func() (any, error) {
-		select {
-		case s.queued <- struct{}{}:
-		default:
-			return transformResult{skip: SkipOverload}, nil
-		}
-		s.o.Metrics.queueDepth(1)
+	r, ok := s.results.get(key)
+	if ok {
+		s.o.Metrics.reused(t)
+	} else {
+		ch := s.flight.DoChan(key, func() (any, error) {
+			select {
+			case s.queued <- struct{}{}:
+			default:
+				return transformResult{skip: SkipOverload}, nil
+			}
+			s.o.Metrics.queueDepth(1)
+			s.slots <- struct{}{}
+			<-s.queued
+			s.o.Metrics.queueDepth(-1)
+			defer func() { <-s.slots }()
+			start := time.Now()
+			var r transformResult
+			if kind == "image" {
+				res := Image(body, s.o.Image)
+				r = transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
+			} else {
+				r.out, r.skip = Gzip(body, s.o.Image.MinSaving)
+			}
+			s.o.Metrics.done(t, time.Since(start))
+			s.results.put(key, r)
+			return r, nil
+		})
 		timer := time.NewTimer(s.o.Deadline)
-		defer timer.Stop()
 		select {
-		case s.slots <- struct{}{}:
-			<-s.queued
-			s.o.Metrics.queueDepth(-1)
+		case res := <-ch:
+			r = res.Val.(transformResult)
 		case <-timer.C:
-			<-s.queued
-			s.o.Metrics.queueDepth(-1)
-			return transformResult{skip: SkipOverload}, nil
+			r = transformResult{skip: SkipDeferred}
 		}
-		defer func() { <-s.slots }()
-		start := time.Now()
-		var r transformResult
-		if kind == "image" {
-			res := Image(body, s.o.Image)
-			r = transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
-		} else {
-			r.out, r.skip = Gzip(body, s.o.Image.MinSaving)
-		}
-		s.o.Metrics.done(t, mt, time.Since(start), len(body), len(r.out), r.skip == "")
-		return r, nil
-	})
-	r := v.(transformResult)
+		timer.Stop()
+	}
 	if r.skip != "" {
 		return nil, "", t, r.skip
 	}

@@ -1,0 +1,80 @@
+package optimize
+
+import (
+	"container/list"
+	"sync"
+)
+
+// results keeps finished transforms for the next miss of their object: a
+// response whose transform did not finish within Options.Deadline is
+// served untransformed and not stored by Squid (DeferredHeader), and the
+// transform's result waits here, keyed by transform and the SHA-256 of
+// the origin's body, so that the next miss (same bytes from the origin)
+// gets the variant at once and Squid stores it. Least recently used
+// entries go first once the results' bytes pass max. Skips (an image
+// WebP cannot shrink, an undecodable body) are kept too, at a nominal
+// cost, so that they are not tried again; overload is not (it is not a
+// property of the body). Safe for concurrent use.
+type results struct {
+	mu    sync.Mutex
+	max   int64
+	bytes int64
+	ll    *list.List               // of *resultEntry, most recent first
+	m     map[string]*list.Element // key: transform + body SHA-256
+}
+
+type resultEntry struct {
+	key string
+	r   transformResult
+}
+
+// entryOverhead is what one entry is counted for besides its output: key,
+// map and list bookkeeping.
+const entryOverhead = 200
+
+func newResults(max int64) *results {
+	return &results{max: max, ll: list.New(), m: map[string]*list.Element{}}
+}
+
+func (c *results) get(key string) (transformResult, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok {
+		return transformResult{}, false
+	}
+	c.ll.MoveToFront(e)
+	return e.Value.(*resultEntry).r, true
+}
+
+func (c *results) put(key string, r transformResult) {
+	if r.skip == SkipOverload {
+		return
+	}
+	size := int64(len(r.out)) + entryOverhead
+	if size > c.max {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[key]; ok {
+		c.bytes -= int64(len(e.Value.(*resultEntry).r.out)) + entryOverhead
+		c.ll.Remove(e)
+	}
+	c.m[key] = c.ll.PushFront(&resultEntry{key: key, r: r})
+	c.bytes += size
+	for c.bytes > c.max {
+		old := c.ll.Back()
+		oe := old.Value.(*resultEntry)
+		c.ll.Remove(old)
+		delete(c.m, oe.key)
+		c.bytes -= int64(len(oe.r.out)) + entryOverhead
+	}
+}
+
+// size returns the entries and the bytes they are counted for.
+func (c *results) size() (n int, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ll.Len(), c.bytes
+}
