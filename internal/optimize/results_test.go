@@ -11,7 +11,9 @@ import (
 // replaces an entry put twice.
 func TestResults(t *testing.T) {
 	c := newResults(3 * (1000 + entryOverhead))
-	out := func(i int) transformResult { return transformResult{out: bytes.Repeat([]byte{byte(i)}, 1000), ctype: TypeWebP} }
+	out := func(i int) transformResult {
+		return transformResult{out: bytes.Repeat([]byte{byte(i)}, 1000), ctype: TypeWebP}
+	}
 	for i := range 3 {
 		c.put(fmt.Sprint(i), out(i))
 	}
