@@ -245,7 +245,7 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 	}
 	d.proxy, err = httpproxy.New(httpproxy.Options{
 		VIP: cfg.VIP, Squid: cfg.Squid, SquidProxyProtocol: cfg.SquidProxyProtocol,
-		UpstreamTimeout: cfg.HTTP.UpstreamTimeout, Mode: d.mode, Log: log, Metrics: hm, Settings: st,
+		UpstreamTimeout: cfg.HTTP.UpstreamTimeout, UpstreamIdle: cfg.HTTP.UpstreamIdle, Mode: d.mode, Log: log, Metrics: hm, Settings: st,
 		Optimize: d.optimize, Cache: d.cache,
 	})
 	if err != nil {
@@ -559,6 +559,7 @@ func (d *pepd) reload(f *config.Flags) error {
 		"http.read_header_timeout": {d.cfg.HTTP.ReadHeaderTimeout, c.HTTP.ReadHeaderTimeout},
 		"http.idle_timeout":        {d.cfg.HTTP.IdleTimeout, c.HTTP.IdleTimeout},
 		"http.upstream_timeout":    {d.cfg.HTTP.UpstreamTimeout, c.HTTP.UpstreamTimeout},
+		"http.upstream_idle":       {d.cfg.HTTP.UpstreamIdle, c.HTTP.UpstreamIdle},
 		"http.max_conns":           {d.cfg.HTTP.MaxConns, c.HTTP.MaxConns}, "log.format": {d.cfg.Log.Format, c.Log.Format},
 		"cache.window":         {d.cfg.Cache.Window, c.Cache.Window},
 		"cache.filter_items":   {d.cfg.Cache.FilterItems, c.Cache.FilterItems},

@@ -115,6 +115,10 @@ type HTTP struct {
 	// UpstreamTimeout bounds the wait for Squid's response headers.
 	// Default 60s.
 	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+	// UpstreamIdle is how long an idle connection to Squid is kept for
+	// reuse (internal/httpproxy's pool, both HTTP paths); below Squid's
+	// client_idle_pconn_timeout (2 min). Default 60s.
+	UpstreamIdle time.Duration `yaml:"upstream_idle"`
 	// MaxConns bounds concurrent client connections; more wait in the
 	// kernel's accept queue. Default 10000.
 	MaxConns int `yaml:"max_conns"`
@@ -326,7 +330,7 @@ func Default() Config {
 		SquidProxyProtocol: true,
 		Listen:             Listen{HTTP: ":3129", DNS: ":5353", Admin: "127.0.0.1:9090"},
 		HTTP: HTTP{MaxHeaderBytes: 32 << 10, ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout: 120 * time.Second, UpstreamTimeout: 60 * time.Second,
+			IdleTimeout: 120 * time.Second, UpstreamTimeout: 60 * time.Second, UpstreamIdle: 60 * time.Second,
 			MaxConns: 10000, HostMismatch: "direct"},
 		DNS: DNS{VIPTTL: 24 * time.Hour, TTLPolicy: "rrset", Origins: "keep", AAAA: "filter",
 			HTTPSRecords: "filter", Timeout: 2 * time.Second, Attempts: 3, MaxInflight: 1024},
@@ -621,6 +625,8 @@ func (c *Config) Validate() error {
 		return field.Errorf("http.idle_timeout", "%v must be positive", h.IdleTimeout)
 	case h.UpstreamTimeout <= 0:
 		return field.Errorf("http.upstream_timeout", "%v must be positive", h.UpstreamTimeout)
+	case h.UpstreamIdle <= 0:
+		return field.Errorf("http.upstream_idle", "%v must be positive", h.UpstreamIdle)
 	case h.MaxConns < 1:
 		return field.Errorf("http.max_conns", "%d must be at least 1", h.MaxConns)
 	case h.WriteTimeout < 0:

@@ -92,7 +92,8 @@ type haproxy struct {
 // ends, or returns nil if haproxy is not installed. The HTTP frontend is
 // `mode http` with keep-alive on both sides and `http-reuse never`: each
 // client connection gets its own upstream connection, kept for its
-// requests (what pepd's relay does with its pinned upstream connections);
+// requests (as pepd's relay, whose Squid connection is taken from the
+// pool per request, in effect with one client per address);
 // the request line, absolute URI included, is passed on as received. The
 // TCP frontend is `mode tcp`, a byte relay in C without splicing (the
 // floor for a C proxy, as startForwarder is for Go).

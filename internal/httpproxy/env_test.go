@@ -336,6 +336,7 @@ type pepdOpts struct {
 	listener      func(net.Listener) net.Listener // wraps the loopback listener (fake interception)
 	stdlib        bool                            // serve with net/http only, no relay
 	upTimeout     time.Duration                   // Options.UpstreamTimeout; zero: 10s
+	upIdle        time.Duration                   // Options.UpstreamIdle; zero: its default
 	optimize      *optimize.Policy                // Options.Optimize
 	cache         *cachepolicy.Policy             // Options.Cache
 	log           *slog.Logger                    // nil: every line to t.Log (testLogger)
@@ -370,7 +371,7 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 	sw := mode.NewSwitch(o.mode)
 	p, err := New(Options{
 		VIP: testVIP, Squid: o.squid, SquidProxyProtocol: o.proxyProtocol, Mode: sw, Log: log, Metrics: m,
-		UpstreamTimeout: cmp.Or(o.upTimeout, 10*time.Second), Optimize: o.optimize, Cache: o.cache,
+		UpstreamTimeout: cmp.Or(o.upTimeout, 10*time.Second), UpstreamIdle: o.upIdle, Optimize: o.optimize, Cache: o.cache,
 		Settings: Settings{
 			Policy:       guard.New(guard.Options{Subscribers: subs, AllowedPorts: o.ports, Allow: allow, Self: []netip.Addr{testVIP}}),
 			Resolver:     &Resolver{Servers: []string{o.resolver}, Timeout: time.Second},

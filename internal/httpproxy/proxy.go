@@ -25,6 +25,7 @@
 package httpproxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,8 +43,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/pires/go-proxyproto"
 
 	"pep/internal/cachepolicy"
 	"pep/internal/guard"
@@ -71,12 +70,18 @@ type Options struct {
 	// UpstreamTimeout bounds the wait for response headers from Squid or a
 	// direct origin. Zero means 60s.
 	UpstreamTimeout time.Duration
-	// MaxIdlePerSubscriber bounds idle upstream connections kept per
+	// MaxIdlePerSubscriber bounds idle connections to Squid kept per
 	// subscriber (PROXY protocol); without PROXY protocol the bound for
 	// the one shared pool is 64 times this. It should cover a subscriber's
 	// concurrent requests (a browser opens about 6 connections per host),
-	// or connections are closed and opened again. Zero means 16.
+	// or connections are closed and opened again. Both HTTP paths take
+	// their connections from this pool (upstream.go). Zero means 16.
 	MaxIdlePerSubscriber int
+	// UpstreamIdle is how long an idle connection to Squid is kept for
+	// reuse; keep it below Squid's client_idle_pconn_timeout (2 min by
+	// default), or Squid closes it first (a request then finds it stale
+	// and is retried on a new one). Zero means 60s.
+	UpstreamIdle time.Duration
 	// Mode is the run-time mode switch, read once per request. Required.
 	Mode *mode.Switch
 	// Log receives one line per refused or failed request (debug for
@@ -128,12 +133,10 @@ type Proxy struct {
 	rc         *requestCounters
 	settings   atomic.Pointer[Settings]
 	rp         *httputil.ReverseProxy
-	squid      *http.Transport
-	direct     *http.Transport
+	pool       *squidPool      // connections to Squid, both paths (upstream.go)
+	direct     *http.Transport // to an origin after a host mismatch
 	squidAddr  string
 	pp         bool
-	proxyURLs  sync.Map // netip.Addr -> *url.URL (PROXY protocol: pool key per subscriber)
-	squidURL   *url.URL
 	bufs       sync.Pool
 	upTimeout  time.Duration
 	nilMetrics bool
@@ -166,7 +169,6 @@ func New(o Options) (*Proxy, error) {
 		m:         o.Metrics,
 		squidAddr: o.Squid,
 		pp:        o.SquidProxyProtocol,
-		squidURL:  &url.URL{Scheme: "http", Host: o.Squid},
 		upTimeout: o.UpstreamTimeout,
 	}
 	if p.upTimeout == 0 {
@@ -185,18 +187,7 @@ func New(o Options) (*Proxy, error) {
 	if !p.pp {
 		idle *= 64
 	}
-	p.squid = &http.Transport{
-		Proxy:                 p.proxyFor,
-		DialContext:           p.dialSquid,
-		MaxIdleConns:          4096,
-		MaxIdleConnsPerHost:   idle,
-		IdleConnTimeout:       60 * time.Second, // below Squid's client_idle_pconn_timeout (2 min)
-		ResponseHeaderTimeout: p.upTimeout,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // pass the subscriber's Accept-Encoding as it is
-		WriteBufferSize:       16 << 10,
-		ReadBufferSize:        32 << 10,
-	}
+	p.pool = newSquidPool(p, idle, cmp.Or(o.UpstreamIdle, 60*time.Second))
 	p.direct = &http.Transport{
 		DialContext:           p.dialDirect,
 		MaxIdleConns:          256,
@@ -242,9 +233,10 @@ func (p *Proxy) Reload(s Settings) error {
 	return nil
 }
 
-// Close closes idle upstream connections.
+// Close closes idle upstream connections, and those to Squid given back
+// later.
 func (p *Proxy) Close() {
-	p.squid.CloseIdleConnections()
+	p.pool.closeIdle(true)
 	p.direct.CloseIdleConnections()
 }
 
@@ -945,98 +937,6 @@ func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) 
 	p.answer(w, r, decision{md: ri.mode}.upstreamFailed(ri.kind, err))
 }
 
-// proxyFor is the Squid Transport's Proxy function. With PROXY protocol
-// each subscriber gets its own proxy URL, so that the Transport pools
-// upstream connections per subscriber: a connection's PROXY header names
-// one subscriber for its whole life.
-func (p *Proxy) proxyFor(r *http.Request) (*url.URL, error) {
-	if !p.pp {
-		return p.squidURL, nil
-	}
-	ri := r.Context().Value(ctxKey{}).(*reqInfo)
-	a := ri.src.Addr()
-	if u, ok := p.proxyURLs.Load(a); ok {
-		return u.(*url.URL), nil
-	}
-	b := a.AsSlice()
-	var sb strings.Builder
-	sb.WriteString("s")
-	for _, x := range b {
-		sb.WriteByte("0123456789abcdef"[x>>4])
-		sb.WriteByte("0123456789abcdef"[x&15])
-	}
-	sb.WriteString(".squid:1")
-	u := &url.URL{Scheme: "http", Host: sb.String()}
-	p.proxyURLs.Store(a, u)
-	return u, nil
-}
-
-// subscriberFromKey decodes the address proxyFor put into the proxy host.
-func subscriberFromKey(addr string) (netip.Addr, bool) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil || !strings.HasPrefix(host, "s") || !strings.HasSuffix(host, ".squid") {
-		return netip.Addr{}, false
-	}
-	h := host[1 : len(host)-len(".squid")]
-	b := make([]byte, len(h)/2)
-	for i := range b {
-		n, err := strconv.ParseUint(h[2*i:2*i+2], 16, 8)
-		if err != nil {
-			return netip.Addr{}, false
-		}
-		b[i] = byte(n)
-	}
-	return netip.AddrFromSlice(b)
-}
-
-var dialer = &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-
-// dialSquid connects to Squid and, with PROXY protocol, sends the header
-// naming the subscriber encoded in addr (see proxyFor).
-func (p *Proxy) dialSquid(ctx context.Context, network, addr string) (net.Conn, error) {
-	var sub netip.AddrPort
-	if p.pp {
-		a, ok := subscriberFromKey(addr)
-		if !ok {
-			return nil, fmt.Errorf("httpproxy: bad upstream key %q", addr)
-		}
-		var port uint16
-		if ri, ok := ctx.Value(ctxKey{}).(*reqInfo); ok && ri.src.Addr() == a {
-			port = ri.src.Port()
-		}
-		sub = netip.AddrPortFrom(a, port)
-	}
-	c, err := p.dialSquidFor(ctx, sub)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// dialSquidFor connects to Squid and, with PROXY protocol, sends the
-// header naming subscriber sub (its port may be 0). The connection counts
-// its bytes in pep_http_upstream_bytes_total.
-func (p *Proxy) dialSquidFor(ctx context.Context, sub netip.AddrPort) (*countConn, error) {
-	c, err := dialer.DialContext(ctx, "tcp", p.squidAddr)
-	if err != nil {
-		return nil, fmt.Errorf("httpproxy: connecting to squid: %w", err)
-	}
-	p.m.upstreamConns.WithLabelValues("squid").Inc()
-	if p.pp {
-		srcAddr := net.TCPAddrFromAddrPort(sub)
-		dstAddr := net.TCPAddrFromAddrPort(netip.AddrPortFrom(p.vip, 80))
-		if sub.Addr().Is6() {
-			dstAddr = &net.TCPAddr{IP: net.IPv6loopback, Port: 80}
-		}
-		h := proxyproto.HeaderProxyFromAddrs(1, srcAddr, dstAddr)
-		if _, err := h.WriteTo(c); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("httpproxy: writing PROXY header to squid: %w", err)
-		}
-	}
-	return &countConn{Conn: newRawConn(c), in: p.m.upstreamIn, out: p.m.upstreamOut}, nil
-}
-
 // dialDirect connects to the original destination of a host-mismatch
 // request; the guard checks the address again before connect(2).
 func (p *Proxy) dialDirect(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -1052,18 +952,23 @@ func (p *Proxy) dialDirect(ctx context.Context, network, addr string) (net.Conn,
 	return &countConn{Conn: newRawConn(c), in: p.m.upstreamIn, out: p.m.upstreamOut}, nil
 }
 
-// roundTripper sends a request through Squid or directly, and times it.
+// roundTripper sends a request through Squid (the pool of upstream.go)
+// or directly, and times it.
 type roundTripper struct{ p *Proxy }
 
 func (t roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	ri := r.Context().Value(ctxKey{}).(*reqInfo)
-	tr, obs := t.p.squid, t.p.m.upSquid
-	if ri.direct.IsValid() {
-		tr, obs = t.p.direct, t.p.m.upDirect
-	}
 	ri.admit.Wait(r.Context())
 	start := time.Now()
-	resp, err := tr.RoundTrip(r)
+	var resp *http.Response
+	var err error
+	obs := t.p.m.upSquid
+	if ri.direct.IsValid() {
+		obs = t.p.m.upDirect
+		resp, err = t.p.direct.RoundTrip(r)
+	} else {
+		resp, err = t.p.pool.roundTrip(r, ri.src)
+	}
 	ri.admit.Done()
 	if err == nil {
 		obs.Observe(time.Since(start).Seconds())

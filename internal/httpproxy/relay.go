@@ -27,9 +27,10 @@ import (
 // HEAD in origin form, without a body, Expect or Upgrade, with a head that
 // fits clientBufSize. It reads the request head in place from the
 // connection's buffer, decides with the Proxy's one decision function
-// (decide), writes the forward-proxy request head to an upstream
-// connection to Squid pinned to the subscriber connection (so a PROXY
-// protocol header, sent once at connect, names the right subscriber), and
+// (decide), writes the forward-proxy request head to a connection to
+// Squid from the Proxy's pool (upstream.go: per subscriber address, so a
+// PROXY protocol header, sent once at connect, names the right
+// subscriber; given back once the response is read to its end), and
 // relays the response by its framing (Content-Length, chunked, until
 // close), copying the header lines it does not change byte for byte. A
 // response whose headers pepd changes (VIP-path Location and Set-Cookie,
@@ -64,29 +65,25 @@ const maxPooledBuf = 256 << 10
 
 // relayConn is one subscriber connection served by the relay.
 type relayConn struct {
-	s       *Server
-	p       *Proxy
-	c       *conn
-	br      *bufio.Reader // from the subscriber
-	src     netip.AddrPort
-	up      *countConn    // pinned upstream connection to Squid, nil until needed
-	ubr     *bufio.Reader // from up, from upstreamReaders while a response is read
-	upOld   bool          // up has carried a response (a failure may be a stale keep-alive)
-	out     []byte        // heads and body pieces being written (from relayBufs while a request is served)
-	hbuf    []byte        // the response head (likewise)
-	outP    *[]byte       // relayBufs' holders of out and hbuf, nil while idle
-	hbufP   *[]byte
-	dl      int       // kind of read deadline armed on c
-	dlAt    time.Time // when it was armed
-	upDl    int       // kind of read deadline armed on up
-	upDlAt  time.Time // when it was armed
-	upLowat int       // SO_RCVLOWAT of up (setLowat)
-	body    bodyReader
-	hdr     http.Header   // the headers adjustResponse sees (rewriteHeaders)
-	r       http.Response // the response adjustResponse sees
-	req     http.Request  // for decide and the rewriter (Method, URL, Host, ...)
-	head    reqHead
-	resp    respHead
+	s     *Server
+	p     *Proxy
+	c     *conn
+	br    *bufio.Reader // from the subscriber
+	src   netip.AddrPort
+	up    *upConn       // the connection to Squid while a request is served (from Proxy.pool)
+	ubr   *bufio.Reader // from up, from upstreamReaders while a response is read
+	out   []byte        // heads and body pieces being written (from relayBufs while a request is served)
+	hbuf  []byte        // the response head (likewise)
+	outP  *[]byte       // relayBufs' holders of out and hbuf, nil while idle
+	hbufP *[]byte
+	dl    int       // kind of read deadline armed on c
+	dlAt  time.Time // when it was armed
+	body  bodyReader
+	hdr   http.Header   // the headers adjustResponse sees (rewriteHeaders)
+	r     http.Response // the response adjustResponse sees
+	req   http.Request  // for decide and the rewriter (Method, URL, Host, ...)
+	head  reqHead
+	resp  respHead
 }
 
 // serveRelay serves c until it closes, times out, or is handed over.
@@ -207,21 +204,7 @@ func (rc *relayConn) setDeadline(kind int, d time.Duration) {
 
 // setUpDeadline arms (kind dlUpstream) or clears (dlNone) the upstream
 // connection's read deadline.
-func (rc *relayConn) setUpDeadline(kind int) {
-	if kind == dlNone {
-		if rc.upDl != dlNone {
-			rc.up.SetReadDeadline(time.Time{})
-			rc.upDl = dlNone
-		}
-		return
-	}
-	now := time.Now()
-	if rc.upDl == kind && now.Sub(rc.upDlAt) < rc.p.upTimeout/64 {
-		return
-	}
-	rc.up.SetReadDeadline(now.Add(rc.p.upTimeout))
-	rc.upDl, rc.upDlAt = kind, now
-}
+func (rc *relayConn) setUpDeadline(kind int) { rc.up.armRead(kind, rc.p.upTimeout) }
 
 var privateToken = []byte(cachepolicy.PrivateToken)
 
@@ -370,6 +353,13 @@ func (rc *relayConn) forward(raw []byte, ri *reqInfo) bool {
 	p.rc[ri.mode][ri.kind][outSquid].Inc()
 	ok := rc.relayResponse(rh, ri)
 	rc.releaseReader()
+	if rc.up != nil { // the response was read to its end, nothing after it
+		rc.setLowat(1) // pooled connections wake their reader at every byte
+		if rc.up != nil {
+			p.pool.put(rc.up)
+			rc.up = nil
+		}
+	}
 	return ok
 }
 
@@ -454,21 +444,24 @@ func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
 	return out
 }
 
-// roundTrip writes the request head to the pinned upstream connection
-// (connecting first if there is none) and reads the response head,
-// waiting at most Options.UpstreamTimeout. A kept-alive connection that
+// roundTrip writes the request head to a connection to Squid from the
+// pool (Proxy.pool: an idle one of the subscriber's, or a new one) and
+// reads the response head, waiting at most Options.UpstreamTimeout. A kept-alive connection that
 // fails before any byte of the response (Squid closed it while idle) is
 // replaced once: GET and HEAD are idempotent. The head is returned
 // unread in rc.ubr; nil means it does not fit in the buffer.
 func (rc *relayConn) roundTrip(out []byte) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
-		rc.setLowat(1)
 		if rc.up == nil {
-			c, err := rc.p.dialSquidFor(context.Background(), rc.src)
+			c, err := rc.p.pool.get(context.Background(), rc.src)
 			if err != nil {
 				return nil, err
 			}
-			rc.up, rc.upOld, rc.upDl, rc.upLowat = c, false, dlNone, 1
+			rc.up = c
+		}
+		rc.setLowat(1)
+		if rc.up == nil {
+			continue // lowering SO_RCVLOWAT failed: closed, take another
 		}
 		if rc.ubr == nil {
 			rc.ubr = upstreamReaders.Get().(*bufio.Reader)
@@ -492,10 +485,10 @@ func (rc *relayConn) roundTrip(out []byte) ([]byte, error) {
 			}
 		}
 		if err == nil {
-			rc.upOld = true
+			rc.up.used = true
 			return head, nil
 		}
-		stale := rc.upOld && attempt == 0 && rc.ubr.Buffered() == 0 && !errors.Is(err, os.ErrDeadlineExceeded)
+		stale := rc.up.used && attempt == 0 && rc.ubr.Buffered() == 0 && !errors.Is(err, os.ErrDeadlineExceeded)
 		rc.closeUpstream()
 		if !stale {
 			return nil, err
@@ -507,7 +500,6 @@ func (rc *relayConn) closeUpstream() {
 	if rc.up != nil {
 		rc.up.Close()
 		rc.up = nil
-		rc.upLowat = 1
 	}
 }
 
@@ -524,7 +516,7 @@ const maxLowat = 32 << 10
 // the connection, whose head could otherwise wait for bytes that never
 // come (roundTrip then connects afresh).
 func (rc *relayConn) setLowat(n int) {
-	if n == rc.upLowat || rc.up == nil {
+	if rc.up == nil || n == rc.up.lowat {
 		return
 	}
 	r, ok := rc.up.Conn.(*rawConn)
@@ -532,7 +524,7 @@ func (rc *relayConn) setLowat(n int) {
 		return
 	}
 	if err := r.setRcvLowat(n); err == nil {
-		rc.upLowat = n
+		rc.up.lowat = n
 	} else if n == 1 {
 		rc.closeUpstream()
 	}

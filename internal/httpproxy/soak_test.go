@@ -57,7 +57,7 @@ import (
 // and prints the samples and the latency percentiles (request written to
 // body read). The well-behaved clients run in a child process (this test
 // binary, TestSoakClientsHelper): pepd alone holds two sockets per
-// connection (the subscriber's and the pinned one to Squid), and a
+// connection (the subscriber's and one to Squid while it is busy), and a
 // process may not hold more than the hard RLIMIT_NOFILE (20,000 on the
 // test machine, which cannot be raised without CAP_SYS_RESOURCE); the
 // soft limit is raised to what is needed where the hard one allows. One
@@ -193,12 +193,13 @@ func TestSoak(t *testing.T) {
 		t.Error("slow clients still running 60 s after the end of the load")
 	}
 	loadEnd := time.Since(start)
-	time.Sleep(5 * time.Second) // pepd closes the pinned upstream connections, Squid its side
-	// The standard library path's pool of kept-alive connections to Squid
-	// (up to 4,096 idle for 60 s, proxy.go) is the pool, not a leak:
-	// emptied here, as its idle timeout would, so that what is left is.
+	time.Sleep(5 * time.Second) // connections close, Squid its side
+	// pepd's pool of kept-alive connections to Squid (up to
+	// MaxIdlePerSubscriber per subscriber, idle for 60 s at most,
+	// upstream.go) is the pool, not a leak: emptied here, as its idle
+	// timeout would, so that what is left is.
 	pooled := s.fdCount()
-	s.p.Proxy.squid.CloseIdleConnections()
+	s.p.Proxy.pool.closeIdle(false)
 	time.Sleep(time.Second)
 	t.Logf("after the load: %d open files in the test process, %d after closing the idle pooled connections to Squid", pooled, s.fdCount())
 	runtime.GC()

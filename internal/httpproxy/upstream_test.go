@@ -1,0 +1,89 @@
+package httpproxy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"pep/internal/mode"
+)
+
+// TestUpstreamPool: both HTTP paths take their connections to Squid from
+// one pool per subscriber (upstream.go), against a real Squid with PROXY
+// protocol. A subscriber's requests on three connections, the relay's,
+// the standard library's (handed over) and the relay's again, use one
+// Squid connection; another subscriber gets its own, and Squid sees its
+// address; a connection Squid closed while idle is replaced without an
+// error on either path; idle connections are closed after the pool's idle
+// time.
+func TestUpstreamPool(t *testing.T) {
+	ns := startDNS(t, siteRecords)
+	o := startOrigin(t, originIP, sitePages)
+	port := o.Addr.Port()
+	sc := DefaultSquidConf(testVIP)
+	sc.ProxyProtocol = true
+	sc.Subscribers = []string{"127.0.0.0/8"}
+	sc.AllowedPorts = []uint16{80, port}
+	sc.AllowDst = []string{originIP + "/32"}
+	sc.Resolvers = []string{ns.IP}
+	if ns.Addr != ns.IP+":53" {
+		sc.HostsFile = writeHosts(t, siteRecords)
+	}
+	// Squid closes a client connection idle for 1 s: the pool's
+	// connections go stale quickly.
+	sq := startSquidExtra(t, sc, "client_idle_pconn_timeout 1 second\n")
+	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}})
+	dials := func() float64 { return testutilValue(p.M.upstreamConns.WithLabelValues("squid")) }
+	relayReq := "GET /img.cdn.test:" + o.Port + "/logo.png HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n"
+	stdReq := "GET /img.cdn.test:" + o.Port + "/logo.png HTTP/1.1\r\nHost: 192.0.2.12\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n"
+	get := func(step, src, req string) {
+		t.Helper()
+		resp, body := p.raw(t, src, req)
+		if resp.StatusCode != 200 || body != "PNG-logo" {
+			t.Fatalf("%s: %d %q", step, resp.StatusCode, body)
+		}
+	}
+	before := dials()
+	for i, step := range []struct{ name, req string }{{"relay", relayReq}, {"standard library", stdReq}, {"relay again", relayReq}} {
+		get(step.name, "127.0.0.9", step.req)
+		if got := dials() - before; got != 1 {
+			t.Errorf("after request %d (%s): %v connections to Squid, want 1 (one pool for both paths)", i+1, step.name, got)
+		}
+	}
+	get("another subscriber", "127.0.0.10", relayReq)
+	if got := dials() - before; got != 2 {
+		t.Errorf("another subscriber: %v connections to Squid in all, want 2", got)
+	}
+	log := sq.accessLog(t)
+	if last := log[len(log)-1]; !strings.Contains(last, " 127.0.0.10 ") {
+		t.Errorf("Squid logged the other subscriber's request as %q", last)
+	}
+	if n := p.Proxy.pool.idleCount(); n != 2 {
+		t.Errorf("%d idle connections, want 2 (one per subscriber)", n)
+	}
+
+	// Squid closes both idle connections; each path replaces its stale
+	// one (a GET is idempotent) and the subscriber sees no error.
+	time.Sleep(2500 * time.Millisecond)
+	get("relay after Squid closed the idle connection", "127.0.0.9", relayReq)
+	get("standard library after Squid closed the idle connection", "127.0.0.10", stdReq)
+	if got := dials() - before; got != 4 {
+		t.Errorf("after the stale connections: %v connections to Squid in all, want 4", got)
+	}
+
+	// A pepd whose pool keeps connections idle for 300 ms closes them
+	// then.
+	p2 := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off, upIdle: 300 * time.Millisecond,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}})
+	if resp, body := p2.raw(t, "127.0.0.9", relayReq); resp.StatusCode != 200 || body != "PNG-logo" {
+		t.Fatalf("short idle time: %d %q", resp.StatusCode, body)
+	}
+	if n := p2.Proxy.pool.idleCount(); n != 1 {
+		t.Errorf("%d idle connections after a request, want 1", n)
+	}
+	time.Sleep(time.Second)
+	if n := p2.Proxy.pool.idleCount(); n != 0 {
+		t.Errorf("%d idle connections left 1 s after a request, want 0 (idle time 300 ms)", n)
+	}
+}
