@@ -127,8 +127,7 @@ func parseRequestHead(head []byte, h *reqHead) bool {
 					h.teTrailers = true
 				}
 			})
-		case eqFold(name, "keep-alive"), eqFold(name, "proxy-connection"), eqFold(name, "proxy-authorization"),
-			eqFold(name, "proxy-authenticate"), eqFold(name, "trailer"), eqFold(name, "forwarded"),
+		case isHopByHop(name), eqFold(name, "forwarded"),
 			eqFold(name, "x-forwarded-for"), eqFold(name, "x-forwarded-host"), eqFold(name, "x-forwarded-proto"):
 		case eqFold(name, "pep-optimize"), eqFold(name, "pep-first"):
 			// pepd's own marks for the optimizer (optimize.MarkHeader)
@@ -305,8 +304,9 @@ func parseResponseHead(head []byte, h *respHead) bool {
 			if !ok {
 				return false
 			}
-		case eqFold(name, "keep-alive"), eqFold(name, "proxy-connection"), eqFold(name, "proxy-authenticate"),
-			eqFold(name, "proxy-authorization"), eqFold(name, "te"), eqFold(name, "upgrade"):
+		case isHopByHop(name) && !eqFold(name, "trailer"):
+			// Trailer stays: the relay passes a chunked body's trailers
+			// on as they came.
 		default:
 			if len(name) <= len(lower) {
 				n := copy(lower[:], name)
@@ -406,4 +406,45 @@ func forTokens(v []byte, f func([]byte)) {
 // isTokenByte reports a tchar (RFC 9110 section 5.6.2).
 func isTokenByte(c byte) bool {
 	return c < 0x80 && httpguts.IsTokenRune(rune(c))
+}
+
+// hopHeaders are removed from requests and responses passing through
+// (RFC 9110 section 7.6.1; the list of httputil.ReverseProxy).
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// isHopByHop reports whether name is one of hopHeaders (any case): the
+// relay's parsers (parseRequestHead, parseResponseHead) leave these lines
+// out, as removeHopByHop does on the standard library path.
+func isHopByHop(name []byte) bool {
+	for _, h := range hopLower {
+		if eqFold(name, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// hopLower is hopHeaders in lower case (eqFold's second argument).
+var hopLower = func() []string {
+	l := make([]string, len(hopHeaders))
+	for i, h := range hopHeaders {
+		l[i] = strings.ToLower(h)
+	}
+	return l
+}()
+
+// removeHopByHop removes the hop-by-hop headers and those Connection
+// names.
+func removeHopByHop(h http.Header) {
+	for _, f := range h["Connection"] {
+		for _, sf := range bytes.Split([]byte(f), []byte(",")) {
+			if sf = bytes.TrimSpace(sf); len(sf) > 0 {
+				h.Del(string(sf))
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
 }

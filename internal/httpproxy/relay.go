@@ -945,46 +945,6 @@ func appendHeader(out []byte, h http.Header) []byte {
 	return out
 }
 
-// hopHeaders are removed from requests and responses passing through
-// (RFC 9110 section 7.6.1; the list of httputil.ReverseProxy).
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// removeHopByHop removes the hop-by-hop headers and those Connection
-// names.
-func removeHopByHop(h http.Header) {
-	for _, f := range h["Connection"] {
-		for _, sf := range bytes.Split([]byte(f), []byte(",")) {
-			if sf = bytes.TrimSpace(sf); len(sf) > 0 {
-				h.Del(string(sf))
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		delete(h, k)
-	}
-}
-
-// appendErrorAnswer appends the relay's own answer (502, 504) in the form
-// httpError gives the standard library path.
-func appendErrorAnswer(out []byte, code int, reason string, closeConn bool) []byte {
-	body := strconv.Itoa(code) + " " + http.StatusText(code) + ": " + reason + "\n"
-	out = append(out, "HTTP/1.1 "...)
-	out = strconv.AppendInt(out, int64(code), 10)
-	out = append(out, ' ')
-	out = append(out, http.StatusText(code)...)
-	out = append(out, "\r\nCache-Control: no-store\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nDate: "...)
-	out = time.Now().UTC().AppendFormat(out, http.TimeFormat)
-	out = append(out, "\r\nContent-Length: "...)
-	out = strconv.AppendInt(out, int64(len(body)), 10)
-	out = append(out, "\r\n"...)
-	if closeConn {
-		out = append(out, "Connection: close\r\n"...)
-	}
-	out = append(out, "\r\n"...)
-	return append(out, body...)
-}
-
 // bodyReader reads a response body from the upstream reader by its
 // framing, for the rewriter. Close does not close the connection.
 type bodyReader struct {
