@@ -342,14 +342,7 @@ func TestSlowReaderAndPerSubscriberBound(t *testing.T) {
 	big := strings.Repeat("x", 10<<20)
 	o := startOrigin(t, originIP, map[string]page{"img.cdn.test/big.bin": {ctype: "application/octet-stream", body: big}})
 	port := o.Addr.Port()
-	sc := DefaultSquidConf(testVIP)
-	sc.Subscribers = []string{"127.0.0.0/8"}
-	sc.AllowedPorts = []uint16{80, port}
-	sc.AllowDst = []string{originIP + "/32"}
-	sc.Resolvers = []string{ns.IP}
-	if ns.Addr != ns.IP+":53" {
-		sc.HostsFile = writeHosts(t, siteRecords)
-	}
+	sc := siteSquidConf(t, ns, siteRecords, port)
 	sq := startSquid(t, sc)
 	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port},

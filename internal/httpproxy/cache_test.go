@@ -28,15 +28,8 @@ func cacheWorld(t *testing.T, admission, proxyProtocol bool) (*pepd, *squid, *or
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
-	sc := DefaultSquidConf(testVIP)
+	sc := siteSquidConf(t, ns, siteRecords, port)
 	sc.ProxyProtocol = proxyProtocol
-	sc.Subscribers = []string{"127.0.0.0/8"}
-	sc.AllowedPorts = []uint16{80, port}
-	sc.AllowDst = []string{originIP + "/32"}
-	sc.Resolvers = []string{ns.IP}
-	if ns.Addr != ns.IP+":53" {
-		sc.HostsFile = writeHosts(t, siteRecords)
-	}
 	sc.Admission = admission
 	sq := startSquid(t, sc)
 	var adm *cachepolicy.Admission

@@ -253,14 +253,7 @@ func replayTrace(t *testing.T, c *corpus.Corpus, trace []traceSession, v traceVa
 	go osrv.Serve(l)
 	t.Cleanup(func() { osrv.Close() })
 	port := uint16(l.Addr().(*net.TCPAddr).Port)
-	sc := DefaultSquidConf(testVIP)
-	sc.Subscribers = []string{"127.0.0.0/8"}
-	sc.AllowedPorts = []uint16{80, port}
-	sc.AllowDst = []string{originIP + "/32"}
-	sc.Resolvers = []string{ns.IP}
-	if ns.Addr != ns.IP+":53" {
-		sc.HostsFile = writeHosts(t, records)
-	}
+	sc := siteSquidConf(t, ns, records, port)
 	sc.Admission = admission
 	var tier *squid
 	var tierMgr *cachepolicy.Manager

@@ -497,15 +497,8 @@ func startCorpusBed(t *testing.T) (ns *dnsServer, o *corpusOrigin, port uint16, 
 	o = startCorpusOrigin(t)
 	port = o.addr.Port()
 	corpusPort = strconv.Itoa(int(port))
-	sc := DefaultSquidConf(testVIP)
+	sc := siteSquidConf(t, ns, siteRecords, port)
 	sc.ProxyProtocol = true
-	sc.Subscribers = []string{"127.0.0.0/8"}
-	sc.AllowedPorts = []uint16{80, port}
-	sc.AllowDst = []string{originIP + "/32"}
-	sc.Resolvers = []string{ns.IP}
-	if ns.Addr != ns.IP+":53" {
-		sc.HostsFile = writeHosts(t, siteRecords)
-	}
 	sq = startSquid(t, sc)
 	host = "www.site.test:" + corpusPort
 	return ns, o, port, sq, host

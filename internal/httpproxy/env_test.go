@@ -443,6 +443,23 @@ func (p *pepd) raw(t testing.TB, src, req string) (*http.Response, string) {
 	return resp, string(b)
 }
 
+// siteSquidConf is the Squid config most tests run: subscribers on
+// 127.0.0.0/8, the origin's address and ports 80 and port allowed, the
+// test DNS server as resolver (or, when it is not on port 53, where Squid
+// cannot reach it, a hosts file of records).
+func siteSquidConf(t testing.TB, ns *dnsServer, records map[string]string, port uint16) SquidConf {
+	t.Helper()
+	sc := DefaultSquidConf(testVIP)
+	sc.Subscribers = []string{"127.0.0.0/8"}
+	sc.AllowedPorts = []uint16{80, port}
+	sc.AllowDst = []string{originIP + "/32"}
+	sc.Resolvers = []string{ns.IP}
+	if ns.Addr != ns.IP+":53" {
+		sc.HostsFile = writeHosts(t, records)
+	}
+	return sc
+}
+
 // writeHosts writes an /etc/hosts style file for Squid's hosts_file.
 func writeHosts(t testing.TB, records map[string]string) string {
 	var sb strings.Builder

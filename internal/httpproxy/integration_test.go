@@ -51,15 +51,8 @@ func world(t *testing.T, md mode.Mode, proxyProtocol bool) (*pepd, *squid, *orig
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
-	sc := DefaultSquidConf(testVIP)
+	sc := siteSquidConf(t, ns, siteRecords, port)
 	sc.ProxyProtocol = proxyProtocol
-	sc.Subscribers = []string{"127.0.0.0/8"}
-	sc.AllowedPorts = []uint16{80, port}
-	sc.AllowDst = []string{originIP + "/32"}
-	sc.Resolvers = []string{ns.IP}
-	if ns.Addr != ns.IP+":53" { // not root: Squid cannot use a DNS server on another port
-		sc.HostsFile = writeHosts(t, siteRecords)
-	}
 	sq := startSquid(t, sc)
 	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: proxyProtocol, resolver: ns.Addr, mode: md,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}})

@@ -139,15 +139,8 @@ func startOptWorld(t testing.TB, deadline time.Duration) *optWorld {
 	go hs.Serve(ol)
 	t.Cleanup(func() { hs.Close() })
 
-	sc := DefaultSquidConf(testVIP)
-	sc.Subscribers = []string{"127.0.0.0/8"}
 	port := uint16(mustAtoi(t, w.o.port))
-	sc.AllowedPorts = []uint16{80, port}
-	sc.AllowDst = []string{originIP + "/32"}
-	sc.Resolvers = []string{ns.IP}
-	if ns.Addr != ns.IP+":53" {
-		sc.HostsFile = writeHosts(t, records)
-	}
+	sc := siteSquidConf(t, ns, records, port)
 	sc.Optimizer = ol.Addr().String()
 	w.sq = startSquid(t, sc)
 	w.pol = &optimize.Policy{Switch: optimize.NewSwitch(true), Metrics: om}

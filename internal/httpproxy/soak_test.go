@@ -117,15 +117,8 @@ func TestSoak(t *testing.T) {
 	// limit, inherited), pepd in url mode.
 	ns := startDNS(t, siteRecords)
 	s.startOrigin(t)
-	sc := DefaultSquidConf(testVIP)
+	sc := siteSquidConf(t, ns, siteRecords, s.port)
 	sc.ProxyProtocol = true
-	sc.Subscribers = []string{"127.0.0.0/8"}
-	sc.AllowedPorts = []uint16{80, s.port}
-	sc.AllowDst = []string{originIP + "/32"}
-	sc.Resolvers = []string{ns.IP}
-	if ns.Addr != ns.IP+":53" {
-		sc.HostsFile = writeHosts(t, siteRecords)
-	}
 	sq := startSquidExtra(t, sc, fmt.Sprintf("max_filedescriptors %d\n", min(rl.Cur, uint64(s.conns+4096))))
 	s.squidPID = sq.cmd.Process.Pid
 	quiet := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))

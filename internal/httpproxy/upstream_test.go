@@ -20,15 +20,8 @@ func TestUpstreamPool(t *testing.T) {
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
-	sc := DefaultSquidConf(testVIP)
+	sc := siteSquidConf(t, ns, siteRecords, port)
 	sc.ProxyProtocol = true
-	sc.Subscribers = []string{"127.0.0.0/8"}
-	sc.AllowedPorts = []uint16{80, port}
-	sc.AllowDst = []string{originIP + "/32"}
-	sc.Resolvers = []string{ns.IP}
-	if ns.Addr != ns.IP+":53" {
-		sc.HostsFile = writeHosts(t, siteRecords)
-	}
 	// Squid closes a client connection idle for 1 s: the pool's
 	// connections go stale quickly.
 	sq := startSquidExtra(t, sc, "client_idle_pconn_timeout 1 second\n")
