@@ -23,16 +23,7 @@ func TestMemoryTier(t *testing.T) {
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
-	base := func() SquidConf {
-		sc := DefaultSquidConf(testVIP)
-		sc.AllowedPorts = []uint16{80, port}
-		sc.AllowDst = []string{originIP + "/32"}
-		sc.Resolvers = []string{ns.IP}
-		if ns.Addr != ns.IP+":53" {
-			sc.HostsFile = writeHosts(t, siteRecords)
-		}
-		return sc
-	}
+	base := func() SquidConf { return siteSquidConf(t, ns, siteRecords, port) }
 	tc := base()
 	tc.MemoryOnly, tc.ProxyProtocol = true, false
 	tc.Pepd, tc.Subscribers = []string{"127.0.0.1/32"}, []string{"127.0.0.1/32"}
