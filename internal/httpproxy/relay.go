@@ -446,14 +446,15 @@ func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
 
 // roundTrip writes the request head to a connection to Squid from the
 // pool (Proxy.pool: an idle one of the subscriber's, or a new one) and
-// reads the response head, waiting at most Options.UpstreamTimeout. A kept-alive connection that
-// fails before any byte of the response (Squid closed it while idle) is
-// replaced once: GET and HEAD are idempotent. The head is returned
-// unread in rc.ubr; nil means it does not fit in the buffer.
+// reads the response head, waiting at most Options.UpstreamTimeout. A
+// kept-alive connection that fails before any byte of the response (Squid
+// closed it while idle, or restarted) is replaced once, by a new
+// connection: GET and HEAD are idempotent. The head is returned unread in
+// rc.ubr; nil means it does not fit in the buffer.
 func (rc *relayConn) roundTrip(out []byte) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
 		if rc.up == nil {
-			c, err := rc.p.pool.get(context.Background(), rc.src)
+			c, err := rc.p.pool.get(context.Background(), rc.src, attempt > 0)
 			if err != nil {
 				return nil, err
 			}

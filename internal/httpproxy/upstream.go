@@ -84,12 +84,20 @@ func (sp *squidPool) key(sub netip.AddrPort) netip.Addr {
 
 // get returns an idle connection of sub's pool (the most recently used
 // one), or a new one: Proxy.dialSquidFor, whose PROXY header names sub.
-func (sp *squidPool) get(ctx context.Context, sub netip.AddrPort) (*upConn, error) {
+// With fresh it dials a new one and closes the pool's idle ones first: a
+// kept-alive connection that failed before any byte of a response means
+// Squid closed it, and when Squid restarted it closed them all.
+func (sp *squidPool) get(ctx context.Context, sub netip.AddrPort, fresh bool) (*upConn, error) {
 	key := sp.key(sub)
 	now := time.Now()
 	var stale []*upConn
 	var c *upConn
 	sp.mu.Lock()
+	if fresh {
+		stale = sp.idle[key]
+		sp.n -= len(stale)
+		delete(sp.idle, key)
+	}
 	for l := sp.idle[key]; len(l) > 0 && c == nil; l = sp.idle[key] {
 		last := l[len(l)-1]
 		l[len(l)-1] = nil
@@ -204,8 +212,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 // most Proxy.upTimeout for it; 1xx responses go to the request's
 // httptrace Got1xxResponse (httputil.ReverseProxy passes them on). A
 // kept-alive connection that fails before any byte of the response (Squid
-// closed it while idle) is replaced once for a GET or HEAD without a
-// body. The response body gives the connection back to the pool when it
+// closed it while idle, or restarted) is replaced once, by a new
+// connection, for a GET or HEAD without a body. The response body gives the connection back to the pool when it
 // is read to its end, and closes it when it is closed before; the end of
 // r's context ends the exchange. This is what the standard library path
 // sends through; the relay does the same on its buffers
@@ -214,7 +222,7 @@ func (sp *squidPool) roundTrip(r *http.Request, sub netip.AddrPort) (*http.Respo
 	ctx := r.Context()
 	retriable := (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.Body == nil || r.Body == http.NoBody)
 	for attempt := 0; ; attempt++ {
-		c, err := sp.get(ctx, sub)
+		c, err := sp.get(ctx, sub, attempt > 0)
 		if err != nil {
 			return nil, err
 		}
