@@ -96,6 +96,7 @@ func cmdRun(args []string) error {
 	fs.StringVar(&c.CCGW, "cc-gw", "cubic", "TCP congestion control of the gateway's namespace (pepd, Squid)")
 	fs.StringVar(&c.CCOrigin, "cc-origin", "cubic", "TCP congestion control of the origin's namespace (core)")
 	fs.StringVar(&c.DNSOrigins, "dns-origins", "", "pepd's dns.origins: keep (origins after the VIP) or drop (the VIP alone); default keep")
+	fs.DurationVar(&c.OptDeadline, "opt-deadline", 0, "pepd's optimize.deadline: how long a response waits for its transform (0: pepd's default, 100ms)")
 	fs.StringVar(&c.PepdRadio, "pepd-radio", "", `pepd's radio.* socket options of subscriber connections as YAML entries, e.g. "congestion: bbr, notsent_lowat: 16384"`)
 	disableFeatures := fs.String("disable-features", "", "more Chromium features to turn off, comma-separated (e.g. HappyEyeballsV3)")
 	fs.DurationVar(&c.PageTimeout, "page-timeout", c.PageTimeout, "time limit of one page load")

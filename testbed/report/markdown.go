@@ -33,6 +33,9 @@ func Markdown(r *Results, plots map[string][]string) []byte {
 	} else {
 		b.WriteString("- TCP congestion control: not recorded (the host's default in every namespace)\n")
 	}
+	if c.OptDeadline != "" {
+		fmt.Fprintf(&b, "- pepd optimize.deadline: %s\n", c.OptDeadline)
+	}
 	if c.PepdRadio != "" {
 		fmt.Fprintf(&b, "- pepd radio (subscriber socket options): %s\n", c.PepdRadio)
 	}

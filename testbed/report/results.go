@@ -107,6 +107,9 @@ type RunConfig struct {
 	DNSOrigins string `json:"dns_origins,omitempty"`
 	// PepdRadio is pepd's radio.* settings in the run ("" = none).
 	PepdRadio string `json:"pepd_radio,omitempty"`
+	// OptDeadline is pepd's optimize.deadline in the run ("" = pepd's
+	// default, 100ms).
+	OptDeadline string `json:"opt_deadline,omitempty"`
 	// OriginCompress is the replay origin's content coding (auto, none,
 	// recorded; "" in results from before the option: none).
 	OriginCompress string `json:"origin_compress,omitempty"`

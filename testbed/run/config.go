@@ -104,6 +104,10 @@ type Config struct {
 	// RadioOptions) as YAML flow mapping entries, e.g.
 	// "congestion: bbr, notsent_lowat: 16384"; "" sets none.
 	PepdRadio string
+	// OptDeadline is pepd's optimize.deadline (0 = pepd's default, 100
+	// ms): how long a response waits for its transform before it goes
+	// untransformed and the transform finishes for the next miss.
+	OptDeadline time.Duration
 	// OriginCompress is the replay origin's content coding
 	// (origin.Compress: auto, none or recorded; "" = auto).
 	OriginCompress string

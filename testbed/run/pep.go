@@ -50,10 +50,16 @@ func binDir(dir string) string {
 // PepdConfig renders pepd's configuration for a testbed with the given
 // addresses: mode off at start, Squid with the PROXY protocol, every name
 // rewritten in dns mode, the listeners above; origins is dns.origins ("":
-// pepd's default). It follows the keys of configs/pepd.yaml.
-func PepdConfig(c topo.Config, origins, radio string) []byte {
+// pepd's default), radio pepd's radio.* entries, optDeadline its
+// optimize.deadline (0: pepd's default). It follows the keys of
+// configs/pepd.yaml.
+func PepdConfig(c topo.Config, origins, radio string, optDeadline time.Duration) []byte {
 	if origins == "" {
 		origins = "keep"
+	}
+	deadline := ""
+	if optDeadline > 0 {
+		deadline = "\n  deadline: " + optDeadline.String()
 	}
 	return fmt.Appendf(nil, `# pepd for the pep testbed %s (written by testbed/run)
 mode: off
@@ -68,17 +74,17 @@ listen:
   dns: ":%d"
   admin: "%s"
 optimize:
-  listen: "%s"
+  listen: "%s"%s
 radio: {%s}
 dns:
   rewrite_domains: ["*"]
   origins: %s
 log:
   level: info
-`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, radio, origins)
+`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, deadline, radio, origins)
 }
 
-func startPEP(ctx context.Context, b *Bed, bin, origins, radio string) (*pep, error) {
+func startPEP(ctx context.Context, b *Bed, bin, origins, radio string, optDeadline time.Duration) (*pep, error) {
 	dir := binDir(bin)
 	p := &pep{b: b, bin: filepath.Join(dir, "pepd"), pepctl: filepath.Join(dir, "pepctl")}
 	if _, err := os.Stat(p.bin); err != nil {
@@ -89,7 +95,7 @@ func startPEP(ctx context.Context, b *Bed, bin, origins, radio string) (*pep, er
 		p.pepctl = ""
 	}
 	conf := filepath.Join(b.work, "pepd.yaml")
-	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config, origins, radio), 0o644); err != nil {
+	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config, origins, radio, optDeadline), 0o644); err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	proc, err := b.Topo.Start("pepd", b.Topo.Config.GWNS(), filepath.Join(b.logs, "pepd.log"), p.bin, "-config", conf)

@@ -78,7 +78,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 	}
 
 	res := &report.Results{Config: report.RunConfig{
-		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: string(c.Resolver), HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures, DNSOrigins: c.DNSOrigins, PepdRadio: c.PepdRadio, Warm: c.Warm,
+		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: string(c.Resolver), HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures, DNSOrigins: c.DNSOrigins, PepdRadio: c.PepdRadio, OptDeadline: durString(c.OptDeadline), Warm: c.Warm,
 		Backend: c.Backend, VIP: "192.0.2.12", Origins: plan.Prefix.String(), Started: time.Now(), Import: imported,
 		Command: c.Command, PageTimeout: c.PageTimeout.String(),
 		SquidCache: "cold: Squid restarted on an empty cache folder before every (mode, run) session",
@@ -366,4 +366,12 @@ func sortRecords(recs []report.Record, profiles []string) {
 func originCompress(s string) origin.Compress {
 	c, _ := origin.ParseCompress(s) // Validate checked it
 	return c
+}
+
+// durString is d as a config value, "" for zero.
+func durString(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
 }

@@ -96,7 +96,7 @@ func TestRuleset(t *testing.T) {
 // TestPepdConfigLoads checks that the configuration the runner gives pepd
 // is one pepd's own loader accepts, with the values the testbed needs.
 func TestPepdConfigLoads(t *testing.T) {
-	c, err := config.Parse("pepd.yaml", PepdConfig(fixedTopo(), "drop", "congestion: bbr, notsent_lowat: 16384"))
+	c, err := config.Parse("pepd.yaml", PepdConfig(fixedTopo(), "drop", "congestion: bbr, notsent_lowat: 16384", 2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,6 +113,7 @@ func TestPepdConfigLoads(t *testing.T) {
 		{"rewrite_domains", strings.Join(c.DNS.RewriteDomains, ","), "*"},
 		{"dns.origins", c.DNS.Origins, "drop"},
 		{"optimize.listen", c.Optimize.Listen, PepdOptimizer},
+		{"optimize.deadline", c.Optimize.Deadline.String(), "2s"},
 		{"radio.congestion", c.Radio.Congestion, "bbr"},
 		{"radio.notsent_lowat", strconv.Itoa(int(c.Radio.NotsentLowat)), "16384"},
 	} {
