@@ -39,14 +39,32 @@ func TestUpstreamPool(t *testing.T) {
 			t.Fatalf("%s: %d %q", step, resp.StatusCode, body)
 		}
 	}
+	// idleOf waits (1 s at most) until the pool holds at least n idle
+	// connections of subscriber src: a connection is given back just
+	// after its response's last write, which the client may read first.
+	idleOf := func(src string, n int) int {
+		t.Helper()
+		key := netip.MustParseAddr(src)
+		var got int
+		for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+			p.Proxy.pool.mu.Lock()
+			got = len(p.Proxy.pool.idle[key])
+			p.Proxy.pool.mu.Unlock()
+			if got >= n || time.Now().After(deadline) {
+				return got
+			}
+		}
+	}
 	before := dials()
 	for i, step := range []struct{ name, req string }{{"relay", relayReq}, {"standard library", stdReq}, {"relay again", relayReq}} {
 		get(step.name, "127.0.0.9", step.req)
+		idleOf("127.0.0.9", 1)
 		if got := dials() - before; got != 1 {
 			t.Errorf("after request %d (%s): %v connections to Squid, want 1 (one pool for both paths)", i+1, step.name, got)
 		}
 	}
 	get("another subscriber", "127.0.0.10", relayReq)
+	idleOf("127.0.0.10", 1)
 	if got := dials() - before; got != 2 {
 		t.Errorf("another subscriber: %v connections to Squid in all, want 2", got)
 	}
@@ -54,8 +72,12 @@ func TestUpstreamPool(t *testing.T) {
 	if last := log[len(log)-1]; !strings.Contains(last, " 127.0.0.10 ") {
 		t.Errorf("Squid logged the other subscriber's request as %q", last)
 	}
-	if n := p.Proxy.pool.idleCount(); n != 2 {
-		t.Errorf("%d idle connections, want 2 (one per subscriber)", n)
+	// The relay gives a connection back just after the response's last
+	// write: wait for it.
+	for deadline := time.Now().Add(time.Second); p.Proxy.pool.idleCount() != 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle connections, want 2 (one per subscriber)", p.Proxy.pool.idleCount())
+		}
 	}
 
 	// Squid closes both idle connections; each path replaces its stale
@@ -82,10 +104,7 @@ func TestUpstreamPool(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	p.Proxy.pool.mu.Lock()
-	idle := len(p.Proxy.pool.idle[netip.MustParseAddr("127.0.0.11")])
-	p.Proxy.pool.mu.Unlock()
-	if idle < 2 {
+	if idle := idleOf("127.0.0.11", 2); idle < 2 {
 		t.Fatalf("%d idle connections of the subscriber after 3 concurrent requests, want at least 2", idle)
 	}
 	time.Sleep(2500 * time.Millisecond)
