@@ -46,12 +46,9 @@ import (
 // on: decide has no side effects, so the request is decided again there
 // and counted once.
 const (
-	clientBufSize   = 8 << 10  // a request head larger than this is handed over
-	upstreamBufSize = 64 << 10 // response heads and body copies; pooled per request
-	flushBytes      = 32 << 10 // relayed bodies are written in pieces of about this size
+	clientBufSize = 8 << 10  // a request head larger than this is handed over
+	flushBytes    = 32 << 10 // relayed bodies are written in pieces of about this size
 )
-
-var upstreamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBufSize) }}
 
 // relayBufs holds the relay's write buffers (relayConn.out and .hbuf)
 // between requests, so that a kept-alive connection waiting for its next
@@ -179,18 +176,6 @@ func (rc *relayConn) releaseBufs() {
 	}
 	rc.outP, rc.hbufP, rc.out, rc.hbuf = nil, nil, nil, nil
 }
-
-// Read deadlines of a connection. Setting one costs a runtime timer
-// update, so an armed deadline of the same kind is kept while it is
-// younger than its timeout/64: the idle and upstream timeouts then act
-// within 1/64 of their value (about 1.9 s of the default 120 s idle
-// timeout). The read header timeout is armed afresh each time.
-const (
-	dlNone = iota
-	dlIdle
-	dlHeader
-	dlUpstream
-)
 
 // setDeadline arms the subscriber connection's read deadline.
 func (rc *relayConn) setDeadline(kind int, d time.Duration) {
