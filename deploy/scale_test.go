@@ -424,6 +424,12 @@ func TestScaleFailover(t *testing.T) {
 			break // no process left
 		}
 	}
+	// A load already under way while the member died may lose the
+	// response being relayed from it (gateway 1's Squid cannot retry a
+	// response it has begun to pass on: the subscriber sees it cut
+	// short, CI stop 21); a load that starts once the member is dead
+	// must not fail.
+	tDead := time.Now()
 	a.gws[1].ip(t, "link", "set", "sub0", "down")
 	a.gws[1].ip(t, "link", "set", "up0", "down")
 	time.Sleep(8 * time.Second)
@@ -444,11 +450,16 @@ func TestScaleFailover(t *testing.T) {
 			firstOK = l.end.Sub(t0)
 		}
 	}
-	var failedA []string
+	var failedA, inFlightA []string
 	var slowA time.Duration
 	for _, l := range loads[on[0]] {
 		if l.err != nil {
-			failedA = append(failedA, fmt.Sprintf("%s after the fault: %v", l.start.Sub(t0).Round(time.Millisecond), l.err))
+			f := fmt.Sprintf("%s after the fault: %v", l.start.Sub(t0).Round(time.Millisecond), l.err)
+			if l.start.Before(tDead) && l.end.After(t0) {
+				inFlightA = append(inFlightA, f)
+			} else {
+				failedA = append(failedA, f)
+			}
 		}
 		if !l.start.Before(t0) {
 			slowA = max(slowA, l.end.Sub(l.start))
@@ -460,8 +471,11 @@ func TestScaleFailover(t *testing.T) {
 	if firstOK == 0 || firstOK > bound {
 		t.Errorf("gateway 2's subscriber: first good load after %s, want within %s", firstOK, bound)
 	}
+	if len(inFlightA) > 0 {
+		t.Logf("gateway 1's subscriber: loads under way while gateway 2 died (%s), failed: %v", tDead.Sub(t0).Round(time.Millisecond), inFlightA)
+	}
 	if len(failedA) > 0 {
-		t.Errorf("gateway 1's subscriber saw failures: %v", failedA)
+		t.Errorf("gateway 1's subscriber saw failures of loads started after gateway 2 was dead: %v", failedA)
 	}
 }
 
