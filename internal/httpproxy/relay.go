@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"net/textproto"
 	"net/url"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -474,7 +473,7 @@ func (rc *relayConn) roundTrip(out []byte) ([]byte, error) {
 			rc.up.used = true
 			return head, nil
 		}
-		stale := rc.up.used && attempt == 0 && rc.ubr.Buffered() == 0 && !errors.Is(err, os.ErrDeadlineExceeded)
+		stale := rc.up.replaceable(attempt, rc.ubr.Buffered(), err)
 		rc.closeUpstream()
 		if !stale {
 			return nil, err

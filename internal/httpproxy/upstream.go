@@ -75,6 +75,17 @@ func (c *upConn) armRead(kind int, timeout time.Duration) {
 	c.dl, c.dlAt = kind, now
 }
 
+// replaceable reports whether a round trip that failed with err on c, at
+// try attempt (0 first), before buffered bytes of the response were read,
+// may go again on a new connection: c carried a response before (a
+// kept-alive connection Squid may have closed while it was idle), it is
+// the first try, no byte of the response came and it was not Squid's
+// timeout. The callers add theirs: an idempotent request, a subscriber
+// still there.
+func (c *upConn) replaceable(attempt, buffered int, err error) bool {
+	return c.used && attempt == 0 && buffered == 0 && !errors.Is(err, os.ErrDeadlineExceeded)
+}
+
 // squidPool dials Squid and keeps idle connections per subscriber.
 type squidPool struct {
 	p       *Proxy
@@ -263,7 +274,7 @@ func (sp *squidPool) roundTrip(r *http.Request, sub netip.AddrPort) (*http.Respo
 			// deadline the AfterFunc set is not Squid's timeout.
 			err = ctx.Err()
 		}
-		stale := c.used && attempt == 0 && retriable && br.Buffered() == 0 && ctx.Err() == nil && !errors.Is(err, os.ErrDeadlineExceeded)
+		stale := retriable && ctx.Err() == nil && c.replaceable(attempt, br.Buffered(), err)
 		c.Close()
 		br.Reset(nil)
 		upstreamReaders.Put(br)

@@ -32,6 +32,9 @@ type resultEntry struct {
 // map and list bookkeeping.
 const entryOverhead = 200
 
+// cost is the bytes r is counted for.
+func cost(r transformResult) int64 { return int64(len(r.out)) + entryOverhead }
+
 func newResults(max int64) *results {
 	return &results{max: max, ll: list.New(), m: map[string]*list.Element{}}
 }
@@ -51,14 +54,14 @@ func (c *results) put(key string, r transformResult) {
 	if r.skip == SkipOverload {
 		return
 	}
-	size := int64(len(r.out)) + entryOverhead
+	size := cost(r)
 	if size > c.max {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.m[key]; ok {
-		c.bytes -= int64(len(e.Value.(*resultEntry).r.out)) + entryOverhead
+		c.bytes -= cost(e.Value.(*resultEntry).r)
 		c.ll.Remove(e)
 	}
 	c.m[key] = c.ll.PushFront(&resultEntry{key: key, r: r})
@@ -68,7 +71,7 @@ func (c *results) put(key string, r transformResult) {
 		oe := old.Value.(*resultEntry)
 		c.ll.Remove(old)
 		delete(c.m, oe.key)
-		c.bytes -= int64(len(oe.r.out)) + entryOverhead
+		c.bytes -= cost(oe.r)
 	}
 }
 
