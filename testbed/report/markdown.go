@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -71,6 +72,7 @@ func Markdown(r *Results, plots map[string][]string) []byte {
 		if p.Description != "" {
 			fmt.Fprintf(&b, "%s.\n\n", p.Description)
 		}
+		writeSummary(&b, v)
 		writeFig5(&b, v)
 		writeFig6(&b, v)
 		writePaint(&b, v)
@@ -111,6 +113,53 @@ func writeFig5(b *bytes.Buffer, v View) {
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d/%d |\n", m, conns, t.ConnsPerPage.Format(1), t.Reused.Format(0),
 			t.SYNs.Format(0), t.VIP.Format(0), t.Origin.Format(0), dns, t.DNSPerPage.Format(1), t.Loaded, t.Pages)
+	}
+	b.WriteString("\n")
+}
+
+// writeSummary prints, first in a profile's section, every mode against
+// direct over all pages (View.Summarize), then each +opt mode against the
+// same mode without the optimizer: the figures a comparison is judged by,
+// with the pages slower than the reference by more than its spread.
+func writeSummary(b *bytes.Buffer, v View) {
+	var rows []Summary
+	for _, m := range v.Modes {
+		if m == "direct" {
+			continue
+		}
+		if s, ok := v.Summarize(m, "direct"); ok {
+			rows = append(rows, s)
+		}
+	}
+	for _, m := range v.Modes {
+		if base, ok := strings.CutSuffix(m, "+opt"); ok && slices.Contains(v.Modes, base) {
+			if s, ok := v.Summarize(m, base); ok {
+				rows = append(rows, s)
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("### Summary\n\n")
+	b.WriteString("Each mode against a reference over the pages both loaded: per page the median over runs, then the median (or mean, or sum) over pages. Changes in percent; radio = IP bytes over the radio link, both ways; slower / faster = pages whose median PLT is above the reference's slowest run / below its fastest.\n\n")
+	b.WriteString("| mode | against | pages | PLT median change | PLT mean ratio | FCP median change | LCP median change | radio bytes ratio | radio kB per page (median) | slower | faster |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	chg := func(c float64) string {
+		if math.IsNaN(c) {
+			return "-"
+		}
+		return fmt.Sprintf("%+.1f %%", c)
+	}
+	num := func(f string, x float64) string {
+		if math.IsNaN(x) {
+			return "-"
+		}
+		return fmt.Sprintf(f, x)
+	}
+	for _, s := range rows {
+		fmt.Fprintf(b, "| %s | %s | %d | %s | %.2f | %s | %s | %s | %s | %d | %d |\n", s.Mode, s.Ref, s.Pages, chg(s.PLTMedianChange), s.PLTMeanRatio,
+			chg(s.FCPMedianChange), chg(s.LCPMedianChange), num("%.2f", s.RadioRatio), num("%.0f", s.RadioPerPage/1000), s.Slower, s.Faster)
 	}
 	b.WriteString("\n")
 }

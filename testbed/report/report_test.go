@@ -129,6 +129,41 @@ func TestViews(t *testing.T) {
 	}
 }
 
+func TestSummarize(t *testing.T) {
+	v := Views(synthetic())[0]
+	s, ok := v.Summarize("url", "direct")
+	if !ok {
+		t.Fatal("Summarize(url, direct): no page compared")
+	}
+	// yahoo 8000 against 11000 (0.727), cnn 20000 against 32000 (0.625):
+	// both below direct's fastest run.
+	for _, tc := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"pages", float64(s.Pages), 2},
+		{"PLT median change", s.PLTMedianChange, ((8000.0/11000+20000.0/32000)/2 - 1) * 100},
+		{"PLT mean ratio", s.PLTMeanRatio, (8000.0/11000 + 20000.0/32000) / 2},
+		{"LCP median change", s.LCPMedianChange, ((8000.0/11000+20000.0/32000)/2 - 1) * 100},
+		{"radio ratio", s.RadioRatio, 1},
+		{"radio per page", s.RadioPerPage, (74000*1.1 + 197000*1.1) / 2},
+		{"slower", float64(s.Slower), 0},
+		{"faster", float64(s.Faster), 2},
+	} {
+		if math.Abs(tc.got-tc.want) > 1e-6 {
+			t.Errorf("%s = %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+	// Against itself nothing is slower or faster; against a mode no page
+	// has, there is nothing to compare.
+	if s, _ := v.Summarize("direct", "direct"); s.Slower != 0 || s.Faster != 0 || s.PLTMedianChange != 0 {
+		t.Errorf("direct against itself: %+v", s)
+	}
+	if _, ok := v.Summarize("url+opt", "direct"); ok {
+		t.Error("Summarize of a mode without records: ok")
+	}
+}
+
 func TestMarkdownGolden(t *testing.T) {
 	r := synthetic()
 	md := Markdown(r, map[string][]string{"paper-average": {"paper-average-fig6-plt.png"}})
@@ -153,6 +188,7 @@ func TestMarkdownGolden(t *testing.T) {
 		"| yahoo | 11.00 (10.00-12.00) | 8.00 (7.00-9.00) (-27 %) |",
 		"| cnn | 32.00 (30.00-34.00) | 20.00 (-38 %) [1/2 loaded] |",
 		"| **mean change vs direct** | | **-32 %** |",
+		"| url | direct | 2 | -32.4 % | 0.68 | -32.4 % | -32.4 % | 1.00 | 149 | 0 | 2 |",
 		"- url, run 2, cnn: no loadEventEnd within 3m0s",
 	} {
 		if !strings.Contains(string(md), s) {

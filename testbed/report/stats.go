@@ -274,3 +274,77 @@ func (v View) MeanChange(mode, base string) (float64, bool) {
 	}
 	return sum / float64(n), true
 }
+
+// Summary is one mode against a reference mode over a profile's pages, the
+// figures issue 11's targets and the seed paper's §4.2 are read from. A page
+// counts when both modes loaded it at least once; every per-page figure is
+// the median over runs.
+type Summary struct {
+	Mode, Ref string
+	Pages     int // pages compared
+	// PLTMedianChange is the median over pages of the PLT change against
+	// Ref, percent; PLTMeanRatio the mean over pages of mode/Ref.
+	PLTMedianChange, PLTMeanRatio float64
+	// FCPMedianChange and LCPMedianChange are the medians over pages of the
+	// paint metrics' change against Ref, percent; NaN when not measured.
+	FCPMedianChange, LCPMedianChange float64
+	// RadioRatio is the radio bytes of all pages (sum of per-page medians)
+	// against Ref's; RadioPerPage the median over pages, bytes, both ways.
+	RadioRatio, RadioPerPage float64
+	// Slower counts pages whose PLT median is above Ref's slowest run
+	// (slower by more than Ref's spread), Faster those below Ref's fastest.
+	Slower, Faster int
+}
+
+// Summarize compares mode with ref over v's pages; ok is false when no page
+// was loaded in both.
+func (v View) Summarize(mode, ref string) (s Summary, ok bool) {
+	s = Summary{Mode: mode, Ref: ref}
+	var plt, fcp, lcp, radio []float64
+	var rb, rr float64
+	for _, pg := range v.Pages {
+		a, b := v.Stats[[2]string{pg, mode}], v.Stats[[2]string{pg, ref}]
+		if a.PLT.N == 0 || b.PLT.N == 0 || b.PLT.Median == 0 {
+			continue
+		}
+		s.Pages++
+		plt = append(plt, a.PLT.Median/b.PLT.Median)
+		if a.PLT.Median > b.PLT.Max {
+			s.Slower++
+		} else if a.PLT.Median < b.PLT.Min {
+			s.Faster++
+		}
+		if a.FCP.N > 0 && b.FCP.N > 0 && b.FCP.Median > 0 {
+			fcp = append(fcp, Change(a.FCP.Median, b.FCP.Median))
+		}
+		if a.LCP.N > 0 && b.LCP.N > 0 && b.LCP.Median > 0 {
+			lcp = append(lcp, Change(a.LCP.Median, b.LCP.Median))
+		}
+		if a.RadioBytes.N > 0 && b.RadioBytes.N > 0 {
+			rb += a.RadioBytes.Median
+			rr += b.RadioBytes.Median
+			radio = append(radio, a.RadioBytes.Median)
+		}
+	}
+	if s.Pages == 0 {
+		return s, false
+	}
+	median := func(vs []float64) float64 {
+		if len(vs) == 0 {
+			return math.NaN()
+		}
+		return NewSpread(vs).Median
+	}
+	var sum float64
+	for _, r := range plt {
+		sum += r
+	}
+	s.PLTMedianChange = (median(plt) - 1) * 100
+	s.PLTMeanRatio = sum / float64(len(plt))
+	s.FCPMedianChange, s.LCPMedianChange = median(fcp), median(lcp)
+	s.RadioRatio, s.RadioPerPage = math.NaN(), median(radio)
+	if rr > 0 {
+		s.RadioRatio = rb / rr
+	}
+	return s, true
+}
