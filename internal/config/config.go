@@ -128,8 +128,8 @@ type HTTP struct {
 	// HAProxy's timeout client).
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// MaxConnsPerSubscriber bounds the connections of one source address;
-	// more are closed at accept. Default 256 (Chromium's socket limit per
-	// profile); -1: no bound.
+	// more are closed at accept. Default 1024 (httpproxy.Limits says why
+	// not Chromium's 256); -1: no bound.
 	MaxConnsPerSubscriber int `yaml:"max_conns_per_subscriber"`
 	// HostMismatch says what pepd does with an intercepted request whose
 	// Host does not resolve to the original destination: "direct" (forward

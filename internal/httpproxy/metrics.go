@@ -54,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Requests answered, by mode at arrival, kind (intercepted, vip_path, vip_host) and outcome (squid, direct, refused, bad_request, upstream_error)."),
 			[]string{"mode", "kind", "outcome"}),
 		refused: prometheus.NewCounterVec(opts("refused_total",
-			"Requests refused with 403, by reason (guard reasons, CONNECT, PURGE, cache_object, host mismatch)."),
+			"Requests refused with 403, by reason (guard reasons, CONNECT, PURGE, cache_object, host mismatch), and connections closed at accept (per-subscriber connection limit)."),
 			[]string{"reason"}),
 		badRequests: prometheus.NewCounterVec(opts("bad_requests_total",
 			"Error answers the HTTP server sent before a request reached pepd (400 malformed, 431 header too large, 501 transfer coding), by status code."),
