@@ -314,6 +314,23 @@ func (s *squid) accessLog(t testing.TB) []string {
 	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }
 
+// accessLogWith waits up to 5 s for a line of Squid's access log that
+// contains sub and returns it, or "" (Squid writes a transaction's line
+// after the response's last byte, which the client may have read first:
+// on a loaded machine the line comes later).
+func (s *squid) accessLogWith(t testing.TB, sub string) string {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for _, l := range s.accessLog(t) {
+			if strings.Contains(l, sub) {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			return ""
+		}
+	}
+}
+
 // pepd is a Proxy and its Server on a loopback listener.
 type pepd struct {
 	Addr  string
