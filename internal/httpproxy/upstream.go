@@ -244,9 +244,9 @@ var aLongTimeAgo = time.Unix(1, 0)
 // closed it while idle, or restarted) is replaced once, by a new
 // connection, for a GET or HEAD without a body. The response body gives
 // the connection back to the pool when it is read to its end, and closes
-// it when it is closed before; the end of r's context ends the exchange. This is what the standard library path
-// sends through; the relay does the same on its buffers
-// (relayConn.roundTrip).
+// it when it is closed before; the end of r's context ends the exchange.
+// This is what the standard library path sends through; the relay does
+// the same on its buffers (relayConn.roundTrip).
 func (sp *squidPool) roundTrip(r *http.Request, sub netip.AddrPort) (*http.Response, error) {
 	ctx := r.Context()
 	retriable := (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.Body == nil || r.Body == http.NoBody)

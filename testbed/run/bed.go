@@ -117,7 +117,7 @@ func NewBed(ctx context.Context, rc Config, o BedOptions, log *slog.Logger) (b *
 		if err := b.squid.start(ctx, true); err != nil {
 			return b, err
 		}
-		if b.pep, err = startPEP(ctx, b, rc.Bin, rc.DNSOrigins, rc.PepdRadio, rc.OptDeadline); err != nil {
+		if b.pep, err = startPEP(ctx, b, rc.Bin, rc.pepdSettings()); err != nil {
 			return b, err
 		}
 	}

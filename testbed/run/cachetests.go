@@ -148,7 +148,7 @@ func CacheTests(ctx context.Context, o CacheTestsOptions, log *slog.Logger) (rep
 	if err := b.squid.start(ctx, true); err != nil {
 		return nil, err
 	}
-	if b.pep, err = startPEP(ctx, b, o.Bin, "", "", 0); err != nil {
+	if b.pep, err = startPEP(ctx, b, o.Bin, PepdSettings{}); err != nil {
 		return nil, err
 	}
 

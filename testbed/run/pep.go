@@ -2,6 +2,7 @@ package run
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -47,19 +48,28 @@ func binDir(dir string) string {
 	return filepath.Dir(exe)
 }
 
+// PepdSettings are the pepd keys a run sets (Config's DNSOrigins,
+// PepdRadio and OptDeadline); the zero value keeps pepd's defaults.
+type PepdSettings struct {
+	DNSOrigins  string        // dns.origins: keep or drop ("": keep)
+	Radio       string        // radio.* entries as YAML flow mapping entries
+	OptDeadline time.Duration // optimize.deadline (0: pepd's default)
+}
+
+// pepdSettings are the pepd keys of c.
+func (c Config) pepdSettings() PepdSettings {
+	return PepdSettings{DNSOrigins: c.DNSOrigins, Radio: c.PepdRadio, OptDeadline: c.OptDeadline}
+}
+
 // PepdConfig renders pepd's configuration for a testbed with the given
 // addresses: mode off at start, Squid with the PROXY protocol, every name
-// rewritten in dns mode, the listeners above; origins is dns.origins ("":
-// pepd's default), radio pepd's radio.* entries, optDeadline its
-// optimize.deadline (0: pepd's default). It follows the keys of
-// configs/pepd.yaml.
-func PepdConfig(c topo.Config, origins, radio string, optDeadline time.Duration) []byte {
-	if origins == "" {
-		origins = "keep"
-	}
+// rewritten in dns mode, the listeners above, and s. It follows the keys
+// of configs/pepd.yaml.
+func PepdConfig(c topo.Config, s PepdSettings) []byte {
+	origins := cmp.Or(s.DNSOrigins, "keep")
 	deadline := ""
-	if optDeadline > 0 {
-		deadline = "\n  deadline: " + optDeadline.String()
+	if s.OptDeadline > 0 {
+		deadline = "\n  deadline: " + s.OptDeadline.String()
 	}
 	return fmt.Appendf(nil, `# pepd for the pep testbed %s (written by testbed/run)
 mode: off
@@ -81,10 +91,10 @@ dns:
   origins: %s
 log:
   level: info
-`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, deadline, radio, origins)
+`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, deadline, s.Radio, origins)
 }
 
-func startPEP(ctx context.Context, b *Bed, bin, origins, radio string, optDeadline time.Duration) (*pep, error) {
+func startPEP(ctx context.Context, b *Bed, bin string, s PepdSettings) (*pep, error) {
 	dir := binDir(bin)
 	p := &pep{b: b, bin: filepath.Join(dir, "pepd"), pepctl: filepath.Join(dir, "pepctl")}
 	if _, err := os.Stat(p.bin); err != nil {
@@ -95,7 +105,7 @@ func startPEP(ctx context.Context, b *Bed, bin, origins, radio string, optDeadli
 		p.pepctl = ""
 	}
 	conf := filepath.Join(b.work, "pepd.yaml")
-	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config, origins, radio, optDeadline), 0o644); err != nil {
+	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config, s), 0o644); err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
 	proc, err := b.Topo.Start("pepd", b.Topo.Config.GWNS(), filepath.Join(b.logs, "pepd.log"), p.bin, "-config", conf)

@@ -96,7 +96,7 @@ func TestRuleset(t *testing.T) {
 // TestPepdConfigLoads checks that the configuration the runner gives pepd
 // is one pepd's own loader accepts, with the values the testbed needs.
 func TestPepdConfigLoads(t *testing.T) {
-	c, err := config.Parse("pepd.yaml", PepdConfig(fixedTopo(), "drop", "congestion: bbr, notsent_lowat: 16384", 2*time.Second))
+	c, err := config.Parse("pepd.yaml", PepdConfig(fixedTopo(), PepdSettings{DNSOrigins: "drop", Radio: "congestion: bbr, notsent_lowat: 16384", OptDeadline: 2 * time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
