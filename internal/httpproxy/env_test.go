@@ -314,19 +314,25 @@ func (s *squid) accessLog(t testing.TB) []string {
 	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }
 
-// accessLogWith waits up to 5 s for a line of Squid's access log that
-// contains sub and returns it, or "" (Squid writes a transaction's line
-// after the response's last byte, which the client may have read first:
-// on a loaded machine the line comes later).
-func (s *squid) accessLogWith(t testing.TB, sub string) string {
+// accessLogWith waits up to 5 s for want lines of Squid's access log that
+// contain every one of subs and returns the lines that do (fewer than
+// want after 5 s). Squid writes a transaction's line through stdio after
+// the response's last byte, which the client may have read first: on a
+// loaded machine the line comes later.
+func (s *squid) accessLogWith(t testing.TB, want int, subs ...string) []string {
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var got []string
+	lines:
 		for _, l := range s.accessLog(t) {
-			if strings.Contains(l, sub) {
-				return l
+			for _, sub := range subs {
+				if !strings.Contains(l, sub) {
+					continue lines
+				}
 			}
+			got = append(got, l)
 		}
-		if time.Now().After(deadline) {
-			return ""
+		if len(got) >= want || time.Now().After(deadline) {
+			return got
 		}
 	}
 }

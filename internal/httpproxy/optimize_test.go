@@ -356,19 +356,7 @@ func TestOptimizerThroughSquid(t *testing.T) {
 		if got := transforms(); got != before {
 			t.Errorf("a revalidated object was transcoded again (%v -> %v)", before, got)
 		}
-		// Squid writes access.log through stdio: poll until the lines are out.
-		unmodified := 0
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			unmodified = 0
-			for _, l := range w.sq.accessLog(t) {
-				if strings.Contains(l, "TCP_REFRESH_UNMODIFIED") && strings.Contains(l, "/stale.png") {
-					unmodified++
-				}
-			}
-			if unmodified >= 2 || time.Now().After(deadline) {
-				break
-			}
-		}
+		unmodified := len(w.sq.accessLogWith(t, 2, "TCP_REFRESH_UNMODIFIED", "/stale.png"))
 		if unmodified != 2 {
 			t.Errorf("%d TCP_REFRESH_UNMODIFIED in access.log, want 2", unmodified)
 		}

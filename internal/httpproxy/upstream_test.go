@@ -67,7 +67,7 @@ func TestUpstreamPool(t *testing.T) {
 	if got := dials() - before; got != 2 {
 		t.Errorf("another subscriber: %v connections to Squid in all, want 2", got)
 	}
-	if sq.accessLogWith(t, " 127.0.0.10 ") == "" {
+	if len(sq.accessLogWith(t, 1, " 127.0.0.10 ")) == 0 {
 		log := sq.accessLog(t)
 		t.Errorf("Squid logged no request from the other subscriber (PROXY protocol); last line %q", log[len(log)-1])
 	}
