@@ -169,30 +169,56 @@ type Corpus struct {
 	Stats ImportStats
 
 	index map[objKey]*Object
-	hosts []string
+	// pageIndex holds each page's own objects by page name, so that a
+	// request attributed to a page finds that page's recording first.
+	pageIndex map[string]map[objKey]*Object
+	hosts     []string
 }
 
 type objKey struct{ host, path string }
 
-// New builds a corpus from pages; the index keeps, for a (host, path) key
-// present in several pages, the first page's object, and counts keys whose
-// bodies differ in Stats.Conflicts.
+// New builds a corpus from pages. The shared index keeps, for a (host,
+// path) key present in several pages, each page's own top-level document
+// first (a page's document never comes from another page's recording: a
+// combined WARC where Taobao's recording also captured Tmall's HTML still
+// serves Tmall's own), then the first page's object; keys whose bodies
+// differ are counted in Stats.Conflicts. Each page also gets an index of its
+// own objects (LookupPage).
 func New(source string, pages []*Page, stats ImportStats) *Corpus {
-	c := &Corpus{Source: source, Pages: pages, Stats: stats, index: map[objKey]*Object{}}
+	c := &Corpus{Source: source, Pages: pages, Stats: stats, index: map[objKey]*Object{},
+		pageIndex: map[string]map[objKey]*Object{}}
 	c.Stats.Conflicts = 0
 	hosts := map[string]bool{}
+	add := func(o *Object) {
+		k := objKey{o.Host, o.Path}
+		if prev, ok := c.index[k]; ok {
+			if prev != o && string(prev.Body) != string(o.Body) {
+				c.Stats.Conflicts++
+			}
+			return
+		}
+		c.index[k] = o
+	}
+	for _, p := range pages {
+		if len(p.Objects) > 0 {
+			add(p.Objects[0])
+		}
+	}
 	for _, p := range pages {
 		hosts[p.Host] = true
-		for _, o := range p.Objects {
+		own := c.pageIndex[p.Name]
+		if own == nil {
+			own = map[objKey]*Object{}
+			c.pageIndex[p.Name] = own
+		}
+		for i, o := range p.Objects {
 			hosts[o.Host] = true
-			k := objKey{o.Host, o.Path}
-			if prev, ok := c.index[k]; ok {
-				if prev != o && string(prev.Body) != string(o.Body) {
-					c.Stats.Conflicts++
-				}
-				continue
+			if k := (objKey{o.Host, o.Path}); own[k] == nil {
+				own[k] = o
 			}
-			c.index[k] = o
+			if i > 0 {
+				add(o)
+			}
 		}
 	}
 	c.hosts = sortedKeys(hosts)
@@ -229,8 +255,23 @@ func (c *Corpus) Get(host, path string) (*Object, bool) {
 // path percent-decoded (wget stores decoded file names). host may carry a
 // port and a trailing dot.
 func (c *Corpus) Lookup(host, target string) (*Object, bool) {
+	return c.LookupPage("", host, target)
+}
+
+// LookupPage is Lookup for a request attributed to the page named page:
+// that page's own recording is tried first (every candidate path), then the
+// shared index. An empty or unknown page is Lookup.
+func (c *Corpus) LookupPage(page, host, target string) (*Object, bool) {
 	host = normHost(host)
-	for _, p := range Candidates(target) {
+	cands := Candidates(target)
+	if own := c.pageIndex[page]; own != nil {
+		for _, p := range cands {
+			if o, ok := own[objKey{host, p}]; ok {
+				return o, true
+			}
+		}
+	}
+	for _, p := range cands {
 		if o, ok := c.index[objKey{host, p}]; ok {
 			return o, true
 		}

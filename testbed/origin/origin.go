@@ -235,7 +235,8 @@ func (o *Origin) Serve(ctx context.Context, plain, secure net.Listener) error {
 }
 
 // ServeHTTP answers one request: the replay endpoints, else the corpus
-// object for (Host, target) as corpus.Lookup finds it, else 404. GET, HEAD
+// object for (Host, target) as corpus.LookupPage finds it for the page the
+// request is attributed to (its own recording first), else 404. GET, HEAD
 // and POST are served alike; other methods get 405.
 func (o *Origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
@@ -272,7 +273,7 @@ func (o *Origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.stats.add(host, page, target, false, 0)
 		return
 	}
-	obj, ok := o.c.Lookup(host, target)
+	obj, ok := o.c.LookupPage(page, host, target)
 	if !ok {
 		o.log.Info("miss", "host", host, "target", target, "page", page, "referer", r.Referer())
 		w.Header().Set("Cache-Control", "no-store")

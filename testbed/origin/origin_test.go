@@ -462,3 +462,44 @@ func TestGzip(t *testing.T) {
 		t.Errorf("Range on gzip: %d, %d bytes; want 200 and the whole body", resp.StatusCode, len(body))
 	}
 }
+
+// TestOwnRecordingFirst: in a combined import where two pages recorded the
+// same URLs with different bodies (Taobao's recording also captured Tmall's
+// HTML and a shared script), Tmall's document comes from Tmall's own
+// recording even though Taobao's page comes first, and a subresource
+// requested from a page (Referer) comes from that page's recording.
+func TestOwnRecordingFirst(t *testing.T) {
+	obj := func(host, path, body, ct string) *corpus.Object {
+		return &corpus.Object{Host: host, Path: path, Body: []byte(body), ContentType: ct}
+	}
+	taobao := &corpus.Page{Name: "www.taobao.com", URL: "http://www.taobao.com/", Host: "www.taobao.com", Objects: []*corpus.Object{
+		obj("www.taobao.com", "/", "<p>taobao</p>", "text/html"),
+		obj("www.tmall.com", "/", "<p>tmall as taobao recorded it</p>", "text/html"),
+		obj("g.alicdn.com", "/s.js", "var who='taobao';", "text/javascript"),
+	}}
+	tmall := &corpus.Page{Name: "www.tmall.com", URL: "http://www.tmall.com/", Host: "www.tmall.com", Objects: []*corpus.Object{
+		obj("www.tmall.com", "/", "<p>tmall</p>", "text/html"),
+		obj("g.alicdn.com", "/s.js", "var who='tmall';", "text/javascript"),
+	}}
+	c := corpus.New("combined", []*corpus.Page{taobao, tmall}, corpus.ImportStats{})
+	if c.Stats.Conflicts != 2 {
+		t.Errorf("Conflicts = %d, want 2 (the document and the script differ)", c.Stats.Conflicts)
+	}
+	_, addr, _ := startOrigin(t, c, nil)
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	for _, tc := range []struct{ name, host, target, referer, body string }{
+		{"tmall's document, no referer", "www.tmall.com", "/", "", "<p>tmall</p>"},
+		{"taobao's document", "www.taobao.com", "/", "", "<p>taobao</p>"},
+		{"script for tmall", "g.alicdn.com", "/s.js", "http://www.tmall.com/", "var who='tmall';"},
+		{"script for taobao", "g.alicdn.com", "/s.js", "http://www.taobao.com/", "var who='taobao';"},
+	} {
+		hdr := map[string]string{}
+		if tc.referer != "" {
+			hdr["Referer"] = tc.referer
+		}
+		resp, body := get(t, client, "http://"+addr+tc.target, tc.host, hdr)
+		if resp.StatusCode != 200 || body != tc.body {
+			t.Errorf("%s: %d %q, want 200 %q", tc.name, resp.StatusCode, body, tc.body)
+		}
+	}
+}
