@@ -1,6 +1,7 @@
 package httpproxy
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -426,6 +427,59 @@ func TestOptimizerThroughSquid(t *testing.T) {
 		if !bytes.Equal(b, w.images["photo.jpg"]) {
 			t.Fatal("off, yet the cached WebP variant was served")
 		}
+	})
+
+	t.Run("Expect: 100-continue gets one 100 Continue", func(t *testing.T) {
+		// Squid forwards the POST to the optimizer, whose server answers
+		// the expectation; the optimizer must not pass the origin's own
+		// 100 on as a second one (issue 28, found from outside).
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.9")}}
+		c, err := d.Dial("tcp", w.p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		br := bufio.NewReader(c)
+		io.WriteString(c, "POST /style.css HTTP/1.1\r\nHost: img.opt.test:"+w.o.port+
+			"\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+		continues, sent := 0, false
+		for {
+			// Squid may answer the expectation itself or wait for its
+			// parent; the body goes after the first 100 either way.
+			if !sent {
+				c.SetReadDeadline(time.Now().Add(3 * time.Second))
+				if _, err := br.Peek(1); err != nil {
+					io.WriteString(c, "hello")
+					sent = true
+					c.SetReadDeadline(time.Now().Add(30 * time.Second))
+					continue
+				}
+				c.SetReadDeadline(time.Now().Add(30 * time.Second))
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("after %d 100s: %v", continues, err)
+			}
+			if resp.StatusCode == http.StatusContinue {
+				continues++
+				if !sent {
+					io.WriteString(c, "hello")
+					sent = true
+				}
+				continue
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("final status %d, want 200", resp.StatusCode)
+			}
+			break
+		}
+		if continues != 1 {
+			t.Errorf("%d interim 100 Continue responses, want 1 (pepd answers the expectation)", continues)
+		}
+		t.Logf("%d interim 100 Continue", continues)
 	})
 
 	t.Run("header diet counted", func(t *testing.T) {

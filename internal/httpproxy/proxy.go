@@ -393,6 +393,10 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 	if !p.pp && !ri.direct.IsValid() {
 		pr.Out.Header["X-Forwarded-For"] = []string{ri.src.Addr().String()}
 	}
+	// pepd's server has answered Expect: 100-continue itself (net/http
+	// sends 100 when the body is read); forwarded, the upstream's 100
+	// would reach the phone as a second one (RFC 9110 §10.1.1).
+	pr.Out.Header.Del("Expect")
 	if ri.kind == kindVIPPath {
 		p.vipRequestHeaders(pr.Out.Header, ri.target, ri.st.Rewriter)
 	}

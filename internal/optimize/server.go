@@ -212,9 +212,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // rewrite sends the request to the origin it names, as a cache would.
+// Expect is dropped: this server has already answered the expectation
+// (net/http sends 100 Continue when the body is read), and the origin's own
+// 100, which ReverseProxy relays, would reach the phone as a second one
+// (RFC 9110 §10.1.1: a proxy may forward or answer an expectation, not
+// both).
 func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL = pr.In.URL
 	pr.Out.Host = pr.In.Host
+	pr.Out.Header.Del("Expect")
 }
 
 // originTags maps If-None-Match's transformed tags back to the origin's
