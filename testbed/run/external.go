@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/schollz/progressbar/v3"
 
 	"pep/netem"
 	"pep/testbed/browser"
@@ -117,12 +116,7 @@ func RunExternal(ctx context.Context, c Config, x External, log *slog.Logger, pr
 	res.Config.Profiles = []report.ProfileInfo{{Name: prof.Name, RTTms: ms(prof.RTT()), DownKbit: float64(prof.Down.Rate) / 1000,
 		UpKbit: float64(prof.Up.Rate) / 1000, Description: prof.Description, Exact: prof.String()}}
 
-	var bar *progressbar.ProgressBar
-	if progress != nil {
-		bar = progressbar.NewOptions(c.Runs*len(c.Modes)*len(corp.Pages), progressbar.OptionSetWriter(progress),
-			progressbar.OptionSetDescription("testbed"), progressbar.OptionShowCount(), progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
-	}
+	bar := NewProgress(c.Runs*len(c.Modes)*len(corp.Pages), progress)
 	work, err := os.MkdirTemp("", "pep-testbed-ext-")
 	if err != nil {
 		return nil, fmt.Errorf("run: %w", err)
@@ -150,9 +144,7 @@ sessions:
 			}
 		}
 	}
-	if bar != nil {
-		bar.Finish()
-	}
+	bar.Finish()
 	// Leave the gateway as a subscriber would find it: steered, mode off.
 	if x.Hook != "" {
 		if err := gw.do(context.WithoutCancel(ctx), "steering on"); err != nil {
@@ -179,7 +171,7 @@ func contains(list []string, s string) bool {
 // externalSession puts the gateway in mode m and loads every page in a
 // fresh browser, reading the link's counters around each page.
 func externalSession(ctx context.Context, c Config, gw *gateway, scr *Scraper, profile string, plan *corpus.Plan, corp *corpus.Corpus,
-	m string, run int, work string, warm bool, log *slog.Logger, bar *progressbar.ProgressBar) ([]report.Record, string, error) {
+	m string, run int, work string, warm bool, log *slog.Logger, bar *Progress) ([]report.Record, string, error) {
 	if err := gw.setMode(ctx, m); err != nil {
 		return nil, "", err
 	}
@@ -200,9 +192,7 @@ func externalSession(ctx context.Context, c Config, gw *gateway, scr *Scraper, p
 	vip := netip.MustParseAddr("192.0.2.12")
 	var recs []report.Record
 	for seq, pg := range corp.Pages {
-		if bar != nil {
-			bar.Describe(fmt.Sprintf("%s %s run %d %s", profile, m, run, pg.Name))
-		}
+		bar.Describe(fmt.Sprintf("%s %s run %d %s", profile, m, run, pg.Name))
 		before, err := scr.Scrape(ctx)
 		if err != nil {
 			return recs, s.UserAgent(), err
@@ -242,9 +232,7 @@ func externalSession(ctx context.Context, c Config, gw *gateway, scr *Scraper, p
 			}
 		}
 		recs = append(recs, r)
-		if bar != nil {
-			bar.Add(1)
-		}
+		bar.Add(1)
 	}
 	return recs, s.UserAgent(), nil
 }

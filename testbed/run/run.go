@@ -20,8 +20,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"pep/netem"
 	"pep/testbed/browser"
 	"pep/testbed/corpus"
@@ -100,13 +98,8 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 	}
 
 	total := len(profs) * c.Runs * len(c.Modes) * len(corp.Pages)
-	var bar *progressbar.ProgressBar
-	if progress != nil {
-		bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(progress), progressbar.OptionSetDescription("testbed"),
-			progressbar.OptionShowCount(), progressbar.OptionSetElapsedTime(true), progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
-	}
-	var mu sync.Mutex // guards res and the bar
+	bar := NewProgress(total, progress)
+	var mu sync.Mutex // guards res
 	save := func(recs []report.Record, backend, ua string, cc map[string]string) error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -122,11 +115,6 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		return res.Write(filepath.Join(c.Out, "results.json"))
 	}
 	step := func(desc string) {
-		if bar == nil {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
 		bar.Describe(desc)
 		bar.Add(1)
 	}
@@ -176,9 +164,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		}()
 	}
 	wg.Wait()
-	if bar != nil {
-		bar.Finish()
-	}
+	bar.Finish()
 	res.Config.Finished = time.Now()
 	var names []string
 	for _, p := range profs {
