@@ -1,11 +1,24 @@
-// Package cachepolicy holds pepd's part of the caching asks of the seeds
-// (../shared/seeds/README.md) that Squid alone cannot do: the
-// per-transaction private opt-out of CacheKeeper (seed 000, §4). An app
-// appends the token CK-Private to its User-Agent; such a transaction is
-// never stored by Squid nor served from its cache. pepd strips the token
-// (the origin sees the User-Agent it would have seen without the opt-out)
-// and marks the request with PrivateHeader, which configs/squid.conf
-// matches (`cache deny pep_private`) and removes before forwarding.
+// Package cachepolicy holds pepd's part of the seeds' caching asks
+// (../shared/seeds/README.md) that Squid alone cannot do, and the cache's
+// status interface:
+//
+//   - the private opt-out of CacheKeeper (seed 000, §4), this file: an app
+//     appends the token CK-Private to its User-Agent; such a transaction is
+//     never stored by Squid nor served from its cache. pepd strips the token
+//     (the origin sees the User-Agent it would have seen without the
+//     opt-out; config http.keep_private_token keeps it) and marks the request
+//     with PrivateHeader, which configs/squid.conf matches (`cache deny
+//     pep_private`) and removes before forwarding;
+//   - second-hit admission of CacheSifter (seed 001), admission.go: a
+//     rotating pair of Bloom filters over request URLs; a URL's first
+//     request is marked FirstHeader so that Squid does not write it to disk
+//     (store_miss), the second is stored;
+//   - the per-request decision both HTTP paths call, policy.go (Policy.Mark
+//     and its Ticket: the marks, and the hold that keeps a burst of
+//     requests for one first-seen URL behind the first, up to HoldMax);
+//   - the status interface of CacheKeeper (seed 000), status.go: Squid's
+//     cache manager pages read and summarised for pepctl cache and the
+//     admin API.
 package cachepolicy
 
 import "strings"
@@ -22,7 +35,7 @@ const PrivateHeader = "Pep-Private"
 // compared case-sensitively as CacheKeeper defines it, optionally with a
 // "/version"), and returns ua without it (internal whitespace collapsed to
 // single spaces only where the token was). keep returns ua unchanged
-// (config cache.keep_private_token).
+// (config http.keep_private_token).
 func PrivateUA(ua string, keep bool) (out string, private bool) {
 	if !strings.Contains(ua, PrivateToken) {
 		return ua, false
