@@ -1,0 +1,245 @@
+package hints
+
+import (
+	"fmt"
+	"net/netip"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	sub1 = netip.MustParseAddr("198.18.0.2")
+	sub2 = netip.MustParseAddr("198.18.0.3")
+	t0   = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+)
+
+// loadPage runs one load of doc by sub at now: the document, then each
+// subresource (url, content type) with the document as Referer; it returns
+// the hints the document got.
+func loadPage(l *Learner, sub netip.Addr, doc string, now time.Time, subs ...[2]string) []Hint {
+	hs := l.Document(sub, doc, false, now)
+	for i, s := range subs {
+		l.Subresource(sub, s[0], doc, s[1], int64(1000*(i+1)), true, now.Add(time.Duration(i+1)*100*time.Millisecond))
+	}
+	return hs
+}
+
+func urls(hs []Hint) []string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.Link())
+	}
+	return out
+}
+
+// TestSecondLoadHintsCSSDependencies: a page whose stylesheet names a font
+// and an image: the first load teaches, the second gets the stylesheet,
+// the font (with crossorigin) and the image hinted, styles and fonts first.
+func TestSecondLoadHintsCSSDependencies(t *testing.T) {
+	l := New(Options{})
+	doc := "http://www.site.test/index.html"
+	deps := [][2]string{
+		{"http://cdn.site.test/site.css", "text/css"},
+		{"http://cdn.site.test/font.woff2", "font/woff2"},
+		{"http://cdn.site.test/bg.png", "image/png"},
+	}
+	if hs := loadPage(l, sub1, doc, t0, deps...); hs != nil {
+		t.Fatalf("first load got hints %v", urls(hs))
+	}
+	hs := loadPage(l, sub2, doc, t0.Add(time.Minute), deps...)
+	got := strings.Join(urls(hs), "\n")
+	want := strings.Join([]string{
+		"<http://cdn.site.test/site.css>; rel=preload; as=style",
+		"<http://cdn.site.test/font.woff2>; rel=preload; as=font; crossorigin",
+		"<http://cdn.site.test/bg.png>; rel=preload; as=image",
+	}, "\n")
+	if got != want {
+		t.Fatalf("second load's hints:\n%s\nwant:\n%s", got, want)
+	}
+	l.Flush(t0.Add(time.Hour))
+	c := l.Counts()
+	if c.Hinted != 3 || c.Used != 3 || c.Unused != 0 || c.Loads != 2 {
+		t.Errorf("counts %+v: want 3 hinted, 3 used, 0 unused, 2 loads", c)
+	}
+}
+
+// TestVolatileQueryNotHinted: a URL whose query changes on every load is
+// never hinted; a document whose cache-buster changes is one page.
+func TestVolatileQueryNotHinted(t *testing.T) {
+	l := New(Options{})
+	var hs []Hint
+	for i := 0; i < 6; i++ {
+		doc := fmt.Sprintf("http://www.site.test/?_=%d", 1764072000000+i)
+		hs = loadPage(l, sub1, doc, t0.Add(time.Duration(i)*time.Minute),
+			[2]string{"http://cdn.site.test/app.js", "text/javascript"},
+			[2]string{fmt.Sprintf("http://ads.site.test/px.gif?r=%d", 7919*i), "image/gif"})
+	}
+	if len(hs) != 1 || hs[0].URL != "http://cdn.site.test/app.js" {
+		t.Fatalf("hints %v, want the script alone", urls(hs))
+	}
+	if k := PageKey("http://WWW.site.test/a?b=2&_=1&a=1&ts=9&id=17640720001234#x"); k != "http://www.site.test/a?a=1&b=2" {
+		t.Errorf("PageKey = %q", k)
+	}
+}
+
+// TestPrivateGetsNoHints: a CK-Private document gets no hints and teaches
+// nothing; https, HTML and uncacheable responses are never learned.
+func TestPrivateGetsNoHints(t *testing.T) {
+	l := New(Options{})
+	doc := "http://www.site.test/"
+	for i := 0; i < 3; i++ {
+		now := t0.Add(time.Duration(i) * time.Minute)
+		l.Document(sub1, doc, false, now)
+		l.Subresource(sub1, "http://cdn.site.test/a.css", doc, "text/css", 10, true, now)
+		l.Subresource(sub1, "https://cdn.site.test/b.css", doc, "text/css", 10, true, now)
+		l.Subresource(sub1, "http://cdn.site.test/frame.html", doc, "text/html", 10, true, now)
+		l.Subresource(sub1, "http://cdn.site.test/nostore.js", doc, "text/javascript", 10, false, now)
+	}
+	if hs := l.Document(sub2, doc, true, t0.Add(time.Hour)); hs != nil {
+		t.Fatalf("private load got hints %v", urls(hs))
+	}
+	l.Subresource(sub2, "http://cdn.site.test/private.css", doc, "text/css", 10, true, t0.Add(time.Hour))
+	hs := l.Document(sub1, doc, false, t0.Add(2*time.Hour))
+	if len(hs) != 1 || hs[0].URL != "http://cdn.site.test/a.css" {
+		t.Fatalf("hints %v, want a.css alone", urls(hs))
+	}
+}
+
+// TestEntriesAgeOut: a URL the page stops requesting stops being hinted
+// once it is under Share of the recent loads, and is forgotten after
+// Window loads without it.
+func TestEntriesAgeOut(t *testing.T) {
+	l := New(Options{Window: 4})
+	doc := "http://www.site.test/"
+	old := [2]string{"http://cdn.site.test/old.css", "text/css"}
+	cur := [2]string{"http://cdn.site.test/new.css", "text/css"}
+	for i := 0; i < 4; i++ {
+		loadPage(l, sub1, doc, t0.Add(time.Duration(i)*time.Minute), old)
+	}
+	n := 4
+	hinted := func() map[string]bool {
+		m := map[string]bool{}
+		for _, h := range l.Document(sub1, doc, false, t0.Add(time.Duration(n)*time.Minute)) {
+			m[h.URL] = true
+		}
+		l.Subresource(sub1, cur[0], doc, cur[1], 1, true, t0.Add(time.Duration(n)*time.Minute))
+		n++
+		return m
+	}
+	if h := hinted(); !h[old[0]] {
+		t.Fatal("old.css not hinted after 4 loads")
+	}
+	hinted()
+	if h := hinted(); !h[old[0]] || !h[cur[0]] {
+		t.Fatalf("after 2 loads without old.css (2 of 4 with it): %v, want both", h)
+	}
+	if h := hinted(); h[old[0]] {
+		t.Fatal("old.css still hinted when 1 of the last 4 loads requested it")
+	}
+	hinted()
+	l.Flush(t0.Add(time.Hour))
+	if c := l.Counts(); c.URLs != 1 {
+		t.Fatalf("%d entries after 4 loads without old.css, want 1 (new.css)", c.URLs)
+	}
+}
+
+// TestBounds: MaxPages evicts the least recently loaded page, MaxURLs keeps
+// the most often seen entries, LoadWindow ends a load, a foreign Referer is
+// not attributed.
+func TestBounds(t *testing.T) {
+	l := New(Options{MaxPages: 2, MaxURLs: 2})
+	for i, p := range []string{"a", "b", "c"} {
+		loadPage(l, sub1, "http://"+p+".test/", t0.Add(time.Duration(i)*time.Minute), [2]string{"http://cdn.test/" + p + ".js", "text/javascript"})
+	}
+	l.Flush(t0.Add(time.Hour))
+	if c := l.Counts(); c.Pages != 2 || c.Evicted != 1 {
+		t.Fatalf("counts %+v: want 2 pages, 1 evicted", c)
+	}
+	doc := "http://d.test/"
+	loadPage(l, sub1, doc, t0, [2]string{"http://cdn.test/1.js", "text/javascript"}, [2]string{"http://cdn.test/2.js", "text/javascript"})
+	loadPage(l, sub1, doc, t0.Add(time.Minute), [2]string{"http://cdn.test/1.js", "text/javascript"}, [2]string{"http://cdn.test/3.js", "text/javascript"})
+	// 1.js seen twice stays; of 2.js and 3.js (once each) the older goes.
+	hs := l.Document(sub1, doc, false, t0.Add(2*time.Minute))
+	if got := strings.Join(urls(hs), " "); !strings.Contains(got, "1.js") || strings.Contains(got, "2.js") {
+		t.Fatalf("hints %q: want 1.js kept and 2.js evicted", got)
+	}
+	// Past LoadWindow, and with a foreign Referer, nothing is attributed.
+	l.Subresource(sub1, "http://cdn.test/late.js", doc, "text/javascript", 1, true, t0.Add(2*time.Minute+31*time.Second))
+	l.Document(sub1, doc, false, t0.Add(3*time.Minute))
+	l.Subresource(sub1, "http://cdn.test/other.js", "http://elsewhere.test/", "text/javascript", 1, true, t0.Add(3*time.Minute))
+	l.Flush(t0.Add(time.Hour))
+	hs = l.Document(sub1, doc, false, t0.Add(4*time.Minute))
+	for _, h := range hs {
+		if strings.Contains(h.URL, "late.js") || strings.Contains(h.URL, "other.js") {
+			t.Fatalf("hinted %s", h.URL)
+		}
+	}
+}
+
+// TestMaxHintBytes: the hints stop before their sizes pass MaxHintBytes.
+func TestMaxHintBytes(t *testing.T) {
+	l := New(Options{MaxHintBytes: 2500})
+	doc := "http://www.site.test/"
+	deps := [][2]string{{"http://c.test/1.css", "text/css"}, {"http://c.test/2.png", "image/png"}, {"http://c.test/3.png", "image/png"}}
+	loadPage(l, sub1, doc, t0, deps...)
+	loadPage(l, sub1, doc, t0.Add(time.Minute), deps...)
+	hs := l.Document(sub1, doc, false, t0.Add(2*time.Minute))
+	var sum int64
+	for _, h := range hs {
+		sum += h.Bytes
+	}
+	if len(hs) != 1 || sum > 2500 {
+		t.Fatalf("hints %v (%d bytes), want 1.css alone (1000 bytes; 1.css+2.png = 3000)", urls(hs), sum)
+	}
+}
+
+// BenchmarkLearnerMemory reports the learner's heap per 10,000 pages of 30
+// subresources each, learned over 3 loads (run with -benchtime 1x).
+func BenchmarkLearnerMemory(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		l := New(Options{})
+		now := t0
+		for load := 0; load < 3; load++ {
+			for p := 0; p < 10000; p++ {
+				doc := fmt.Sprintf("http://www.site%d.test/", p)
+				l.Document(sub1, doc, false, now)
+				for s := 0; s < 30; s++ {
+					l.Subresource(sub1, fmt.Sprintf("http://cdn%d.test/static/asset-%d.js", p%50, s), doc, "text/javascript", 5000, true, now)
+				}
+				now = now.Add(time.Millisecond)
+			}
+		}
+		l.Flush(now.Add(time.Hour))
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		c := l.Counts()
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "MiB/10k-pages")
+		b.ReportMetric(float64(c.URLs), "entries")
+		runtime.KeepAlive(l)
+	}
+}
+
+// BenchmarkDocument is the CPU cost of one document's hints (a page with
+// 30 learned subresources) and of recording its 30 subresources.
+func BenchmarkDocument(b *testing.B) {
+	l := New(Options{})
+	doc := "http://www.site.test/"
+	var subs []string
+	for s := 0; s < 30; s++ {
+		subs = append(subs, fmt.Sprintf("http://cdn.test/static/asset-%d.js", s))
+	}
+	now := t0
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		l.Document(sub1, doc, false, now)
+		for _, s := range subs {
+			l.Subresource(sub1, s, doc, "text/javascript", 5000, true, now)
+		}
+		now = now.Add(time.Second)
+	}
+}
