@@ -30,7 +30,7 @@ func buildBinary(t *testing.T, dir, pkg string) string {
 // `systemd-analyze security --offline` to stay at most 2.0 ("OK").
 func TestSystemdUnits(t *testing.T) {
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
-		t.Skip("needs systemd-analyze (apt-get install -y systemd)")
+		t.Fatal("needs systemd-analyze (make deps installs it; apt-get install -y systemd)")
 	}
 	bin := t.TempDir()
 	gw := buildBinary(t, bin, "./deploy/cmd/pep-gateway")

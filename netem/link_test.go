@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -310,15 +311,25 @@ func TestLinkTCBridgeCounters(t *testing.T) {
 	}
 }
 
-// TestLinkTCFailsCleanly forces the tc backend on a kernel without
-// sch_netem: NewLink must fail naming the tc step and leave no bridge.
+// TestLinkTCFailsCleanly forces the tc backend where its netem step
+// fails: NewLink must fail naming the tc step and leave no bridge. On a
+// kernel without sch_netem the real tc fails it; on one with sch_netem a
+// tc of the test's own, first in PATH, fails the netem qdisc step as such
+// a kernel does ("qdisc kind is unknown", exit 2) and runs the real
+// /usr/sbin/tc for every other step, so the path runs on every machine.
 func TestLinkTCFailsCleanly(t *testing.T) {
 	if _, err := os.Stat("/usr/sbin/tc"); err != nil {
 		t.Skip("tc(8) not installed (Debian package iproute2)")
 	}
 	tp := newTopo(t)
 	if b, _ := DetectBackend(); b == TC {
-		t.Skip("this kernel has sch_netem: the tc backend works here")
+		dir := t.TempDir()
+		script := "#!/bin/sh\nfor a; do [ \"$a\" = netem ] && { echo 'Error: Specified qdisc kind is unknown.' >&2; exit 2; }; done\nexec /usr/sbin/tc \"$@\"\n"
+		if err := os.WriteFile(filepath.Join(dir, "tc"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+		t.Log("this kernel has sch_netem: the netem step fails through a tc wrapper first in PATH")
 	}
 	p, err := LoadProfile("paper-average")
 	if err != nil {

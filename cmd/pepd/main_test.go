@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -8,7 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +20,7 @@ import (
 	"github.com/miekg/dns"
 
 	"pep/internal/dnsproxy/dnsmasqtest"
+	"pep/internal/testenv"
 )
 
 // freeUDPPort returns a 127.0.0.1 port free for both UDP and TCP.
@@ -32,6 +37,112 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// noOptimizer keeps a test's pepd off the optimizer's default port
+// (127.0.0.1:3131), which another pepd on the machine may hold.
+const noOptimizer = "optimize:\n  listen: \"\"\n"
+
+// pepdBin builds the pepd binary once per test process.
+var pepdBin = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "pepd-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "pepd")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// proc is a running pepd binary with its log.
+type proc struct {
+	cmd  *exec.Cmd
+	cfg  string // the config file's path
+	mu   sync.Mutex
+	log  strings.Builder
+	done chan struct{} // closed when stderr ends
+}
+
+// startProc writes cfg to a file, runs pepd -config on it with env added
+// to the environment, and waits (20 s at most, scaled) for "pepd
+// started". The process is killed when t ends.
+func startProc(t *testing.T, cfg string, env ...string) *proc {
+	t.Helper()
+	testenv.Log(t)
+	bin, err := pepdBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cfg: filepath.Join(t.TempDir(), "pepd.yaml"), done: make(chan struct{})}
+	p.write(t, cfg)
+	p.cmd = exec.Command(bin, "-config", p.cfg)
+	p.cmd.Env = append(os.Environ(), env...)
+	stderr, _ := p.cmd.StderrPipe()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		p.cmd.Wait()
+	})
+	go func() {
+		defer close(p.done)
+		b := make([]byte, 4096)
+		for {
+			n, err := stderr.Read(b)
+			p.mu.Lock()
+			p.log.Write(b[:n])
+			p.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	p.waitLog(t, "pepd started", 1, 20*time.Second)
+	return p
+}
+
+// write replaces the config file.
+func (p *proc) write(t *testing.T, cfg string) {
+	t.Helper()
+	if err := os.WriteFile(p.cfg, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// logs returns the log so far.
+func (p *proc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// waitLog waits until the log holds sub n times (within d, scaled),
+// failing t with the log if it does not or pepd exits first.
+func (p *proc) waitLog(t *testing.T, sub string, n int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(testenv.Scale(d))
+	for strings.Count(p.logs(), sub) < n {
+		select {
+		case <-p.done:
+			t.Fatalf("pepd exited (%v) before logging %q %d times:\n%s", p.cmd.Wait(), sub, n, p.logs())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pepd did not log %q %d times within %s:\n%s", sub, n, testenv.Scale(d), p.logs())
+		}
+	}
+}
+
+// reload sends SIGHUP and waits for its outcome: the n-th "config
+// reloaded" or "reload failed" line.
+func (p *proc) reload(t *testing.T, outcome string, n int) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, outcome, n, 10*time.Second)
+}
+
 // TestProcess runs the pepd binary: it starts from a config file, answers
 // /healthz, switches mode through the admin API (and its DNS listener,
 // wired to a real dnsmasq, starts rewriting: VIP first), reloads the
@@ -39,55 +150,13 @@ func freePort(t *testing.T) string {
 func TestProcess(t *testing.T) {
 	resolver := dnsmasqtest.Start(t, []string{"address=/www.foo.com/198.19.0.5"})
 	dnsAddr := freeUDPPort(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "pepd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	admin, httpAddr := freePort(t), freePort(t)
-	cfgFile := filepath.Join(dir, "pepd.yaml")
-	writeCfg := func(mode string) {
-		cfg := "mode: " + mode + "\nsubscribers: [198.18.0.0/24, 127.0.0.0/8]\nresolvers: [" + resolver + "]\nsquid: 127.0.0.1:3128\n" +
+	cfg := func(mode string) string {
+		return "mode: " + mode + "\nsubscribers: [198.18.0.0/24, 127.0.0.0/8]\nresolvers: [" + resolver + "]\nsquid: 127.0.0.1:3128\n" +
 			"listen:\n  http: " + httpAddr + "\n  dns: " + dnsAddr + "\n  admin: " + admin + "\n" +
-			"dns:\n  rewrite_domains: [foo.com]\ncache:\n  admission: second-hit\n  status_timeout: 500ms\n"
-		if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
+			"dns:\n  rewrite_domains: [foo.com]\ncache:\n  admission: second-hit\n  status_timeout: 500ms\n" + noOptimizer
 	}
-	writeCfg("off")
-	cmd := exec.Command(bin, "-config", cfgFile)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	// Readiness: pepd logs "pepd started" once its listeners are up.
-	logs := make(chan string, 100)
-	go func() {
-		b := make([]byte, 4096)
-		for {
-			n, err := stderr.Read(b)
-			if n > 0 {
-				logs <- string(b[:n])
-			}
-			if err != nil {
-				close(logs)
-				return
-			}
-		}
-	}()
-	var all strings.Builder
-	for !strings.Contains(all.String(), "pepd started") {
-		select {
-		case l, ok := <-logs:
-			if !ok {
-				t.Fatalf("pepd exited:\n%s", all.String())
-			}
-			all.WriteString(l)
-		case <-time.After(20 * time.Second):
-			t.Fatalf("pepd did not start:\n%s", all.String())
-		}
-	}
+	p := startProc(t, cfg("off"))
 	get := func(path string) string {
 		resp, err := http.Get("http://" + admin + path)
 		if err != nil {
@@ -122,15 +191,8 @@ func TestProcess(t *testing.T) {
 	if strings.Join(got, ",") != "192.0.2.12,198.19.0.5" {
 		t.Errorf("dns mode answer for www.foo.com = %v, want [192.0.2.12 198.19.0.5] (VIP first, origin kept)", got)
 	}
-	writeCfg("url")
-	cmd.Process.Signal(syscall.SIGHUP)
-	for !strings.Contains(all.String(), "config reloaded") {
-		l, ok := <-logs
-		if !ok {
-			t.Fatalf("pepd exited:\n%s", all.String())
-		}
-		all.WriteString(l)
-	}
+	p.write(t, cfg("url"))
+	p.reload(t, "config reloaded", 1)
 	if got := get("/mode"); got != "url\n" {
 		t.Errorf("after SIGHUP: mode %q, want url", got)
 	}
@@ -145,12 +207,168 @@ func TestProcess(t *testing.T) {
 	if got := get("/metrics"); !strings.Contains(got, "pep_cache_squid_up 0") || !strings.Contains(got, "pep_cache_admission_enabled 1") {
 		t.Errorf("/metrics lacks pep_cache_squid_up 0 or pep_cache_admission_enabled 1")
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	for range logs {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(testenv.Scale(15 * time.Second)):
+		t.Fatalf("pepd still running 15 s after SIGTERM:\n%s", p.logs())
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := p.cmd.Wait(); err != nil {
 		t.Errorf("exit after SIGTERM: %v", err)
 	}
+}
+
+// rawGet sends one request head to addr from 127.0.0.1 and returns the
+// status line and body of the answer.
+func rawGet(t *testing.T, addr, head string) (int, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, testenv.Scale(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(testenv.Scale(10 * time.Second)))
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%q: %v", head, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestReloadHTTPSettings: SIGHUP applies the HTTP path's settings to the
+// running pepd binary (subscribers, guard.allow), and a file that does
+// not parse keeps them. The requests come from 127.0.0.1 to pepd's HTTP
+// listener; with no Squid behind it (its port is closed) a request pepd
+// lets through ends in 502 "upstream failed", one it refuses in 403 with
+// the reason. (http.host_mismatch needs an intercepted connection:
+// TestReloadHostMismatch in internal/httpproxy, the same reloader.)
+func TestReloadHTTPSettings(t *testing.T) {
+	admin, httpAddr, squid := freePort(t), freePort(t), freePort(t) // squid: nothing listens
+	cfg := func(subscribers, allow string) string {
+		return "mode: off\nsubscribers: [" + subscribers + "]\nresolvers: [127.0.0.1:9]\nsquid: " + squid + "\n" +
+			"listen:\n  http: " + httpAddr + "\n  dns: \"\"\n  admin: " + admin + "\n" +
+			"guard:\n  allow: [" + allow + "]\n" + noOptimizer
+	}
+	// A VIP-path request for a private address: the guard refuses it
+	// unless guard.allow names it.
+	private := "GET /10.1.2.3/x HTTP/1.1\r\nHost: 192.0.2.12\r\nConnection: close\r\n\r\n"
+	check := func(step string, want int, wantBody string) {
+		t.Helper()
+		if code, body := rawGet(t, httpAddr, private); code != want || !strings.Contains(body, wantBody) {
+			t.Errorf("%s: %d %q, want %d %q", step, code, body, want, wantBody)
+		}
+	}
+	p := startProc(t, cfg("127.0.0.0/8", ""))
+	check("start", 403, "private address")
+
+	p.write(t, cfg("127.0.0.0/8", "10.1.2.3/32"))
+	p.reload(t, "config reloaded", 1)
+	check("after guard.allow", 502, "upstream failed")
+
+	p.write(t, cfg("198.18.0.0/24", "10.1.2.3/32"))
+	p.reload(t, "config reloaded", 2)
+	check("after subscribers without 127.0.0.0/8", 403, "not a subscriber")
+
+	// A file that does not parse: logged with the field, the running
+	// settings stay.
+	p.write(t, cfg("127.0.0.0/8", "")+"vip: 10.0.0\n")
+	p.reload(t, "reload failed; keeping the running config", 1)
+	if !strings.Contains(p.logs(), "vip") {
+		t.Errorf("the failed reload does not name the field:\n%s", p.logs())
+	}
+	check("after an invalid file", 403, "not a subscriber")
+	if n := strings.Count(p.logs(), "config reloaded"); n != 2 {
+		t.Errorf("%d \"config reloaded\" lines after the invalid file, want 2", n)
+	}
+}
+
+// TestWatchdogWithheld: pepd under systemd's watchdog (NOTIFY_SOCKET,
+// WATCHDOG_USEC: a unixgram socket of the test's own) pings WATCHDOG=1
+// while its HTTP path answers, withholds the pings while the path is
+// wedged (http.max_conns connections held open: the health check's
+// connection waits at accept), stays up meanwhile (its admin API
+// answers), and pings again once the path is free. Fail-open
+// (deploy/failopen_test.go) depends on the withheld pings: systemd
+// restarts a pepd that stops pinging.
+func TestWatchdogWithheld(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "notify")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var pings atomic.Int64
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := nc.Read(b)
+			if err != nil {
+				return
+			}
+			if strings.Contains(string(b[:n]), "WATCHDOG=1") {
+				pings.Add(1)
+			}
+		}
+	}()
+	const watchdog = 600 * time.Millisecond // pepd pings every 200 ms
+	admin, httpAddr := freePort(t), freePort(t)
+	cfg := "mode: off\nsubscribers: [127.0.0.0/8]\nresolvers: [127.0.0.1:9]\nsquid: 127.0.0.1:9\n" +
+		"listen:\n  http: " + httpAddr + "\n  dns: \"\"\n  admin: " + admin + "\n" +
+		"http:\n  max_conns: 2\n" + noOptimizer
+	p := startProc(t, cfg, "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC="+strconv.FormatInt(watchdog.Microseconds(), 10))
+	waitPings := func(step string, n int64) {
+		t.Helper()
+		from := pings.Load()
+		deadline := time.Now().Add(testenv.Scale(10 * watchdog))
+		for pings.Load() < from+n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d watchdog pings in %s, want %d:\n%s", step, pings.Load()-from, testenv.Scale(10*watchdog), n, p.logs())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitPings("healthy", 3)
+
+	// Wedge the HTTP path: max_conns connections that send nothing.
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", httpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	failed := strings.Count(p.logs(), "withholding the watchdog ping")
+	p.waitLog(t, "withholding the watchdog ping", failed+1, 10*watchdog)
+	// From the first failed check on, no ping for two whole WatchdogSec
+	// (systemd would have restarted pepd after one).
+	p.waitLog(t, "withholding the watchdog ping", failed+2, 10*watchdog)
+	before := pings.Load()
+	p.waitLog(t, "withholding the watchdog ping", failed+5, 10*watchdog)
+	if got := pings.Load() - before; got != 0 {
+		t.Errorf("%d watchdog pings while the HTTP path was wedged, want 0", got)
+	}
+	select {
+	case <-p.done:
+		t.Fatalf("pepd exited while wedged:\n%s", p.logs())
+	default:
+	}
+	resp, err := http.Get("http://" + admin + "/mode")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("admin API while wedged: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	for _, c := range held {
+		c.Close()
+	}
+	waitPings("after the path is free again", 2)
 }
 
 // TestHelpAndCheck: pepd -h describes the program and exits 0; -check

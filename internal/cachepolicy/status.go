@@ -104,11 +104,11 @@ func (m *Manager) Fetch(ctx context.Context) (SquidStats, error) {
 	defer cancel()
 	own := m.own.Load()
 	var s SquidStats
-	counters, err := m.page(ctx, "counters")
+	counters, err := m.Page(ctx, "counters")
 	if err != nil {
 		return s, err
 	}
-	info, err := m.page(ctx, "info")
+	info, err := m.Page(ctx, "info")
 	if err != nil {
 		return s, err
 	}
@@ -131,8 +131,10 @@ func (m *Manager) Fetch(ctx context.Context) (SquidStats, error) {
 	return s, nil
 }
 
-// page GETs one manager page on a new connection.
-func (m *Manager) page(ctx context.Context, name string) (string, error) {
+// Page GETs one manager page (name as in mgr:name, e.g. "active_requests")
+// on a new connection and returns its body (at most 1 MiB). Errors as
+// Fetch's; it is bounded by ctx alone, not by Timeout.
+func (m *Manager) Page(ctx context.Context, name string) (string, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", m.Addr)
 	if err != nil {

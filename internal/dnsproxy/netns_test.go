@@ -333,11 +333,12 @@ func TestNetnsBrowser(t *testing.T) {
 	if len(got) < 1 || got[0] != nsVIP {
 		t.Errorf("getent ahostsv4 %s: first address %q, want the VIP %s (output %q)", nsName, got[:min(1, len(got))], nsVIP, got)
 	}
-	if _, err := exec.LookPath("curl"); err == nil {
-		body := inClient("curl", "-sS", "--max-time", "20", "http://"+nsName+"/")
-		if !strings.Contains(body, "vip-http for "+nsClientAddr) {
-			t.Errorf("curl (glibc) got %q, want the VIP's page", body)
-		}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl not installed: the glibc connection check needs it (make deps installs it; apt-get install -y curl)")
+	}
+	body := inClient("curl", "-sS", "--max-time", "20", "http://"+nsName+"/")
+	if !strings.Contains(body, "vip-http for "+nsClientAddr) {
+		t.Errorf("curl (glibc) got %q, want the VIP's page", body)
 	}
 
 	// Chromium, with each resolver.

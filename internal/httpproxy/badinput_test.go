@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"pep/internal/mode"
+	"pep/internal/testenv"
 )
 
 // TestBadInput sends each kind of bad request to pepd (in front of a real
@@ -358,21 +359,31 @@ func TestSlowReaderAndPerSubscriberBound(t *testing.T) {
 	slow.(*net.TCPConn).SetReadBuffer(4096)
 	io.WriteString(slow, "GET /img.cdn.test:"+o.Port+"/big.bin HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n")
 	start := time.Now()
-	deadline := time.Now().Add(20 * time.Second)
+	// The write timeout (1 s) runs from a write that blocks, which comes
+	// once the socket buffers are full: well under a second after the
+	// request on loopback. So the close comes after 1 s and before 2.5 s
+	// (the slack scaled by testenv); before the fix it came after 150 s.
+	testenv.Log(t)
+	bound := time.Second + testenv.Scale(1500*time.Millisecond)
+	deadline := time.Now().Add(2 * bound)
 	for testutilValue(p.M.timeouts.WithLabelValues("write")) < 1 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	closedAfter := time.Since(start)
-	slow.SetReadDeadline(time.Now().Add(5 * time.Second))
+	slow.SetReadDeadline(time.Now().Add(testenv.Scale(5 * time.Second)))
 	n, _ := io.Copy(io.Discard, slow)
 	if testutilValue(p.M.timeouts.WithLabelValues("write")) < 1 || n >= int64(len(big)) {
 		t.Fatalf("slow reader: no write timeout within %s (read %d bytes afterwards)", closedAfter, n)
+	}
+	if closedAfter < time.Second || closedAfter > bound {
+		t.Errorf("slow reader closed %s after its request, want after the 1 s write timeout and within %s", closedAfter.Round(10*time.Millisecond), bound)
 	}
 	t.Logf("slow reader closed %s after its request (write timeout 1 s), %d bytes had been sent", closedAfter.Round(10*time.Millisecond), n)
 
 	// Three connections from one address are its bound; the fourth is
 	// closed at accept, while another address is served.
 	d = &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.20")}}
+	accepted := testutilValue(p.M.conns)
 	for i := range 3 {
 		c, err := d.Dial("tcp", p.Addr)
 		if err != nil {
@@ -381,7 +392,11 @@ func TestSlowReaderAndPerSubscriberBound(t *testing.T) {
 		defer c.Close()
 		_ = i
 	}
-	time.Sleep(100 * time.Millisecond) // the three are accepted
+	for deadline := time.Now().Add(testenv.Scale(5 * time.Second)); testutilValue(p.M.conns) < accepted+3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v of 3 connections accepted", testutilValue(p.M.conns)-accepted)
+		}
+	}
 	fourth, err := d.Dial("tcp", p.Addr)
 	if err != nil {
 		t.Fatal(err)

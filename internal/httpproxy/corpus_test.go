@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"pep/internal/cachepolicy"
 	"pep/internal/mode"
+	"pep/internal/testenv"
 )
 
 // The smuggling and fault corpus (issue 12): raw bytes from a subscriber
@@ -526,7 +529,7 @@ func TestSmugglingCorpus(t *testing.T) {
 			for i, c := range corpusCases {
 				prefix := fmt.Sprintf("/%s/%02d", path.name, i)
 				prefixes = append(prefixes, prefix)
-				t.Run(c.name, func(t *testing.T) { runCorpusCase(t, p, o, c, prefix, host) })
+				t.Run(c.name, func(t *testing.T) { runCorpusCase(t, p, sq, o, c, prefix, host) })
 			}
 			for i, f := range originFaults {
 				prefix := fmt.Sprintf("/%s/f%02d", path.name, i)
@@ -538,8 +541,10 @@ func TestSmugglingCorpus(t *testing.T) {
 			}
 		})
 	}
-	// Nothing reached the origin outside the cases' own requests.
-	time.Sleep(100 * time.Millisecond)
+	// Nothing reached the origin outside the cases' own requests: judged
+	// once Squid has no request in flight (the origin logs a request
+	// before it answers, so one Squid finished is in the log).
+	waitSquidIdle(t, sq)
 	for _, r := range o.all() {
 		known := slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(r.target, p+"/") })
 		if !known || strings.Contains(r.target, "smuggled") {
@@ -547,6 +552,33 @@ func TestSmugglingCorpus(t *testing.T) {
 		}
 	}
 	t.Logf("corpus: %d request cases and %d origin faults on two paths in %s", len(corpusCases), len(originFaults), time.Since(start).Round(time.Millisecond))
+}
+
+// waitSquidIdle waits (5 s at most, scaled) until Squid's only request
+// in flight is the manager's own (mgr:active_requests lists one
+// "Connection:" entry per client request in progress): a request pepd
+// sent on, or one smuggled past it, has then reached the origin or
+// failed.
+func waitSquidIdle(t *testing.T, sq *squid) {
+	t.Helper()
+	m := &cachepolicy.Manager{Addr: sq.Addr, ProxyProtocol: sq.ProxyProtocol}
+	deadline := time.Now().Add(testenv.Scale(5 * time.Second))
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(2*time.Second))
+		page, err := m.Page(ctx, "active_requests")
+		cancel()
+		n := strings.Count(page, "\nConnection: ")
+		if strings.HasPrefix(page, "Connection: ") {
+			n++
+		}
+		if err == nil && n <= 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Squid still has %d requests in flight (%v):\n%.2000s", n-1, err, page)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // dialSub connects to pepd from the subscriber 127.0.0.9.
@@ -611,7 +643,7 @@ func followUp(t *testing.T, c net.Conn, br *bufio.Reader, prefix, host string) {
 	}
 }
 
-func runCorpusCase(t *testing.T, p *pepd, o *corpusOrigin, c corpusCase, prefix, host string) {
+func runCorpusCase(t *testing.T, p *pepd, sq *squid, o *corpusOrigin, c corpusCase, prefix, host string) {
 	t.Logf("expected by %s", c.rfc)
 	conn, br := dialSub(t, p)
 	method, _, _ := strings.Cut(c.req[0], " ")
@@ -658,7 +690,7 @@ func runCorpusCase(t *testing.T, p *pepd, o *corpusOrigin, c corpusCase, prefix,
 		}
 		followUp(t, conn, br, prefix, host)
 	}
-	time.Sleep(20 * time.Millisecond) // a request pepd would still send on
+	waitSquidIdle(t, sq) // a request pepd would still send on, or one smuggled past it
 	checkOrigin(t, o, prefix, c)
 }
 

@@ -173,9 +173,10 @@ func (o *origin) hitCount(key string) int {
 
 // squid is a real Squid started from configs/squid.conf.
 type squid struct {
-	Addr   string
-	LogDir string
-	cmd    *exec.Cmd
+	Addr          string
+	LogDir        string
+	ProxyProtocol bool // its port wants a PROXY header (SquidConf.ProxyProtocol)
+	cmd           *exec.Cmd
 }
 
 // freePort returns a loopback port that was free a moment ago.
@@ -262,7 +263,7 @@ func startSquidSized(t testing.TB, c SquidConf, extra string, dirMB, memMB int) 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &squid{Addr: c.Listen, LogDir: dir, cmd: cmd}
+	s := &squid{Addr: c.Listen, LogDir: dir, ProxyProtocol: c.ProxyProtocol, cmd: cmd}
 	// Readiness: Squid accepts on its port once it has finished starting.
 	startDaemon(t, "squid", cmd, s.Addr, func() string {
 		log, _ := os.ReadFile(filepath.Join(dir, "cache.log"))

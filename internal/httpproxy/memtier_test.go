@@ -59,7 +59,7 @@ func TestMemoryTier(t *testing.T) {
 			t.Fatalf("request %d: %d %q", i+1, resp.StatusCode, body)
 		}
 		ds := waitSwapOuts(t, dm, db.SwapOuts+want.swaps)
-		ts := stats(t, tm)
+		ts := waitSwapOuts(t, tm, tb.SwapOuts)
 		for _, c := range []struct {
 			what      string
 			got, want int64

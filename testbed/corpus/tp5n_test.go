@@ -11,10 +11,10 @@ import (
 )
 
 // tp5nPath finds shared/corpus/tp5n.tar.gz beside the repository (CI puts
-// shared/ next to the clone) or at $PEP_TP5N.
+// shared/ next to the clone: ../shared from its root) or at $PEP_TP5N.
 func tp5nPath(t testing.TB) string {
 	t.Helper()
-	for _, p := range []string{os.Getenv("PEP_TP5N"), "../../../shared/corpus/tp5n.tar.gz", "/work/shared/corpus/tp5n.tar.gz"} {
+	for _, p := range []string{os.Getenv("PEP_TP5N"), "../../../shared/corpus/tp5n.tar.gz"} {
 		if p == "" {
 			continue
 		}
