@@ -1,9 +1,13 @@
 # deploy/deploy.mk: included by the top Makefile.
 
-.PHONY: deploy-check failopen-test compose-deps compose-base compose-testbed scale-test
+.PHONY: deploy-check dashboard-check failopen-test compose-deps compose-base compose-testbed scale-test
 
 deploy-check: ## validate deploy/: ruleset in a namespace, systemd units, sysctl, alert rules, compose file (root)
-	$(GO) test -count=1 -run 'TestRulesetLoads|TestRender|TestRouting|TestRefresh|TestSystemdUnits|TestSysctlConf|TestAlertRules|TestComposeFile' -v ./deploy/
+	$(GO) test -count=1 -run 'TestRulesetLoads|TestRender|TestRouting|TestRefresh|TestSystemdUnits|TestSysctlConf|TestAlertRules|TestComposeFile|TestDashboardStructure' -v ./deploy/
+
+dashboard-check: ## every query of the Grafana dashboard and the alert rules, evaluated by a real Prometheus scraping a running pepd under traffic (root)
+	@$(MAKE) --no-print-directory install-pkgs PKGS='squid prometheus'
+	$(GO) test -count=1 -run 'TestDashboard' -v ./deploy/
 
 failopen-test: build ## kill -9 and SIGSTOP pepd while pages load through the TPROXY ruleset; prints recovery times (root)
 	$(GO) test -count=1 -run 'TestTPROXYFailsOpen|TestDNSRedirectGuarded|TestUnit|TestFailOpen' -v ./deploy/

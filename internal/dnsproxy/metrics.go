@@ -26,7 +26,7 @@ type metrics struct {
 // (the metrics still count).
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
-	return &metrics{
+	m := &metrics{
 		queries: newCounters(f.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "dns", Name: "queries_total",
 			Help: "Queries from clients by query type and outcome (rewritten, passed, refused, servfail, any, formerr)."},
 			[]string{"type", "outcome"})),
@@ -49,6 +49,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		truncations: f.NewCounter(prometheus.CounterOpts{Namespace: "pep", Subsystem: "dns", Name: "truncations_total",
 			Help: "UDP answers truncated with TC because they exceeded the client's UDP payload size."}),
 	}
+	// Both sources exported from the start (at 0), so that an alert's
+	// ratio of SERVFAILs to queries is 0, not absent, while none happen
+	// (deploy/prometheus/pep-alerts.yml PepDNSServfail).
+	m.servfails.WithLabelValues("pepd")
+	m.servfails.WithLabelValues("upstream")
+	return m
 }
 
 // counters caches the children of a CounterVec with one or two labels,
