@@ -43,9 +43,9 @@ testbed-smoke: deps build ## the testbed smoke test: a few tp5n pages, fast prof
 testbed-clean: build ## remove namespaces and files left by killed testbed runs
 	$(BIN)/testbed clean
 
-QUALITIES ?= 50,60,70,75,80,90
+QUALITIES ?= 0,75
 
-optimize-quality: deps build ## the optimizer's image quality report: SSIM and bytes per WebP quality over the default pages and tp5n (QUALITIES=, OUT=)
+optimize-quality: deps build ## the optimizer's image quality report over the default pages and tp5n: SSIM, bytes and transform time of pepd's per-image SSIM target (0) against the fixed rule at each quality (QUALITIES=, OUT=)
 	$(BIN)/testbed quality -q '$(QUALITIES)' -out '$(OUT)/quality'
 
 cache-trace: deps ## replay a tp5n browsing trace (Zipf pages, fixed seed) through pepd+Squid: admission off, second-hit, second-hit + memory tier (CACHE_TRACE_TIER_MB): disk writes, hit ratios, origin bytes (root)

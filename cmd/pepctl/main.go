@@ -5,7 +5,7 @@
 //	pepctl [-admin 127.0.0.1:9090] status               mode, health, main counters
 //	pepctl [-admin 127.0.0.1:9090] optimize [on|off]    print or switch the optimizer
 //	pepctl [-admin 127.0.0.1:9090] cache                the cache's status (GET /cache)
-//	pepctl optimize-image [-quality N] [-o out.webp] FILE  run pepd's image transform on a file
+//	pepctl optimize-image [-target S] [-o out.webp] FILE...  run pepd's image transform on files
 //	pepctl optimize-text [-o out.gz] FILE                  run pepd's text transform on a file
 //	pepctl rewrite-html -vip IP -base URL < in.html > out.html
 //	pepctl squid-conf [-config pepd.yaml] [-template configs/squid.conf] [flags] > squid.conf
@@ -22,7 +22,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -42,7 +41,7 @@ const usage = `usage:
   pepctl [-admin ADDR[,ADDR...]] optimize [on|off]
   pepctl [-admin ADDR[,ADDR...]] cache [-json]
         (several admin addresses: every gateway of an array, each line prefixed by its address)
-  pepctl optimize-image [-quality N] [-max-pixels N] [-o out.webp] FILE
+  pepctl optimize-image [-target S] [-tile-floor S] [-quality N] [-max-pixels N] [-o out.webp] FILE...
   pepctl optimize-text [-o out.gz] FILE
   pepctl rewrite-html -vip IP -base URL < in.html > out.html
   pepctl squid-conf [-config pepd.yaml] [-template configs/squid.conf] [options] > squid.conf
@@ -225,45 +224,71 @@ func (c *client) print(w io.Writer, method, path, body string) error {
 }
 
 // optimizeFile runs exactly pepd's transform (optimize.Image or
-// optimize.Gzip, with optimize.* defaults or the flags) on a file, writes
-// the result with -o and prints sizes and the outcome, for operators to
-// preview what subscribers would get.
+// optimize.Gzip, with optimize.* defaults or the flags) on files, writes
+// the result with -o (one file) and prints, per file, the sizes and the
+// outcome: for an image the WebP chosen (lossless, or the lossy quality),
+// the SSIM it reached against the original and its lowest 32x32 tile, the
+// encodes and the time taken, for operators to preview what subscribers
+// would get.
 func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := optimize.DefaultImageOptions()
-	fs.IntVar(&o.Quality, "quality", o.Quality, "WebP quality, 1-100 (optimize.quality)")
+	fs.Float64Var(&o.Target, "target", o.Target, "SSIM every served image reaches, 0-1; 0: the fixed rule (optimize.ssim_target)")
+	fs.Float64Var(&o.TileFloor, "tile-floor", o.TileFloor, "SSIM every 32x32 tile of a lossy WebP reaches, 0-1 (optimize.ssim_tile_floor)")
+	fs.IntVar(&o.Quality, "quality", o.Quality, "the fixed rule's WebP quality of JPEG photos, 1-100 (optimize.quality)")
 	fs.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "pixel limit (optimize.max_pixels)")
 	fs.Float64Var(&o.MinSaving, "min-saving", o.MinSaving, "the fraction a result must save to be served (optimize.min_saving)")
-	out := fs.String("o", "", "write the body pepd would serve here (the input itself when it would pass untouched)")
+	out := fs.String("o", "", "write the body pepd would serve here (the input itself when it would pass untouched); one FILE only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "usage: pepctl %s [flags] FILE\n", cmd)
+	if fs.NArg() < 1 || *out != "" && fs.NArg() != 1 || cmd == "optimize-text" && fs.NArg() != 1 {
+		fmt.Fprintf(stderr, "usage: pepctl %s [flags] FILE (optimize-image: FILE..., -o with one FILE)\n", cmd)
 		fs.PrintDefaults()
 		return errUsage
 	}
-	in, err := os.ReadFile(fs.Arg(0))
-	if err != nil {
-		return err
+	if o.Target < 0 || o.Target > 1 || o.TileFloor < 0 || o.TileFloor > 1 || o.Quality < 1 || o.Quality > 100 {
+		return fmt.Errorf("-target %v, -tile-floor %v (0-1) or -quality %d (1-100) out of range", o.Target, o.TileFloor, o.Quality)
 	}
-	var body []byte
-	var skip, what string
-	if cmd == "optimize-image" {
-		res := optimize.Image(in, o)
-		body, skip, what = res.Body, res.Skip, res.Format+" -> webp q"+strconv.Itoa(o.Quality)
-	} else {
-		body, skip = optimize.Gzip(in, o.MinSaving)
-		what = "gzip"
-	}
-	if skip != "" {
-		fmt.Fprintf(stdout, "%s: %d bytes, passes untouched: %s\n", fs.Arg(0), len(in), skip)
-	} else {
-		fmt.Fprintf(stdout, "%s: %d -> %d bytes (%.1f %%), %s\n", fs.Arg(0), len(in), len(body), 100*float64(len(body))/float64(len(in)), what)
-	}
-	if *out != "" {
-		return os.WriteFile(*out, body, 0o644)
+	for _, name := range fs.Args() {
+		in, err := os.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		var body []byte
+		var skip, what string
+		if cmd == "optimize-image" {
+			start := time.Now()
+			res := optimize.Image(in, o)
+			took := time.Since(start)
+			body, skip = res.Body, res.Skip
+			switch {
+			case skip != "" && res.SSIM > 0:
+				what = fmt.Sprintf(" (the smallest WebP reaching the target, SSIM %.4f, is not %.0f %% smaller)", res.SSIM, 100*o.MinSaving)
+			case skip != "":
+			case res.Lossless:
+				what = res.Format + " -> webp lossless, SSIM 1 (the same pixels)"
+			case o.Target == 0:
+				what = fmt.Sprintf("%s -> webp q%d (fixed rule, SSIM not measured)", res.Format, res.Quality)
+			default:
+				what = fmt.Sprintf("%s -> webp q%d, SSIM %.4f (lowest 32x32 tile %.4f)", res.Format, res.Quality, res.SSIM, res.WorstTile)
+			}
+			what += fmt.Sprintf(", %d encodes, %.1f ms", res.Encodes, float64(took.Microseconds())/1000)
+		} else {
+			body, skip = optimize.Gzip(in, o.MinSaving)
+			what = "gzip"
+		}
+		if skip != "" {
+			fmt.Fprintf(stdout, "%s: %d bytes, passes untouched: %s%s\n", name, len(in), skip, what)
+		} else {
+			fmt.Fprintf(stdout, "%s: %d -> %d bytes (%.1f %%), %s\n", name, len(in), len(body), 100*float64(len(body))/float64(len(in)), what)
+		}
+		if *out != "" {
+			if err := os.WriteFile(*out, body, 0o644); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -257,3 +257,35 @@ func TestSquidConfMemoryTier(t *testing.T) {
 		t.Errorf("tier conf has a cache_dir or itself as parent:\n%s", tier.String())
 	}
 }
+
+// TestOptimizeImage runs pepctl optimize-image on the optimizer's test
+// images and checks what it prints per image: the WebP chosen, the SSIM
+// reached, the bytes and the time; -o writes the served body.
+func TestOptimizeImage(t *testing.T) {
+	dir := "../../internal/optimize/testdata/"
+	out := filepath.Join(t.TempDir(), "star.webp")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"optimize-image", "-o", out, dir + "starfield.jpg"}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	line := stdout.String()
+	for _, want := range []string{"starfield.jpg: 57074 -> ", "jpeg -> webp q90, SSIM 0.9600 (lowest 32x32 tile 0.9453), 4 encodes, "} {
+		if !strings.Contains(line, want) {
+			t.Errorf("output %q lacks %q", line, want)
+		}
+	}
+	if b, err := os.ReadFile(out); err != nil || !bytes.HasPrefix(b, []byte("RIFF")) {
+		t.Errorf("-o: %v, %d bytes", err, len(b))
+	}
+	stdout.Reset()
+	if code := run([]string{"optimize-image", dir + "palette.png", dir + "animated.gif"}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "png -> webp lossless, SSIM 1") || !strings.Contains(lines[1], "passes untouched: animated") {
+		t.Errorf("two files: %q", stdout.String())
+	}
+	if code := run([]string{"optimize-image", "-o", out, dir + "photo.jpg", dir + "palette.png"}, nil, &stdout, &stderr); code != 2 {
+		t.Errorf("-o with two files: exit %d, want 2 (usage)", code)
+	}
+}

@@ -351,7 +351,7 @@ func (d *pepd) buildOptimizer(cfg *config.Config) error {
 	}
 	res := &httpproxy.Resolver{Servers: cfg.Resolvers, Timeout: cfg.DNS.Timeout}
 	srv, err := optimize.New(optimize.Options{
-		Image:        optimize.ImageOptions{Quality: o.Quality, MaxPixels: o.MaxPixels, MinSaving: o.MinSaving},
+		Image:        optimize.ImageOptions{Target: o.SSIMTarget, TileFloor: o.SSIMTileFloor, Quality: o.Quality, MaxPixels: o.MaxPixels, MinSaving: o.MinSaving},
 		MaxBodyBytes: int64(o.MaxBodyBytes), Workers: o.Workers, Queue: o.Queue, Deadline: o.Deadline, ResultBytes: int64(o.ResultBytes),
 		Lookup: res.Lookup, Control: pol.Control, UpstreamTimeout: cfg.HTTP.UpstreamTimeout,
 		Metrics: om, Log: d.log.With("component", "optimize"),

@@ -21,7 +21,7 @@ func cmdQuality(args []string) error {
 	fs := flag.NewFlagSet("testbed quality", flag.ExitOnError)
 	corpora := fs.String("corpus", defaultQualityCorpora(), `corpora, comma-separated: "default", a tp5n .tar.gz or folder, a WARC, ... (by default tp5n too when ../shared/corpus/tp5n.tar.gz is beside the repository)`)
 	files := fs.String("files", "", "more image files or folders, comma-separated")
-	qs := fs.String("q", "50,60,70,75,80,90", "WebP qualities to compare (1-100), comma-separated")
+	qs := fs.String("q", "0,75", "rules to compare, comma-separated: 0 is pepd's per-image SSIM target (optimize.ssim_target), 1-100 the fixed rule at that WebP quality (JPEG lossy, PNG and GIF lossless)")
 	out := fs.String("out", "testbed-out/quality", "folder for the image pairs, results.json, images.tsv and report.md")
 	procs := fs.Int("procs", 2, "transcoding goroutines and SSIM worker processes")
 	fs.Parse(args)
@@ -31,8 +31,8 @@ func cmdQuality(args []string) error {
 	o := quality.Options{Corpora: splitList(*corpora), Files: splitList(*files), Work: *out, Procs: *procs, Progress: os.Stderr}
 	for _, q := range splitList(*qs) {
 		n, err := strconv.Atoi(q)
-		if err != nil || n < 1 || n > 100 {
-			return fmt.Errorf("quality: -q %q: want qualities 1-100", q)
+		if err != nil || n < 0 || n > 100 {
+			return fmt.Errorf("quality: -q %q: want 0 (the SSIM target) or qualities 1-100", q)
 		}
 		o.Qualities = append(o.Qualities, n)
 	}

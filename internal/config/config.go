@@ -210,8 +210,18 @@ type Optimize struct {
 	// cache_peer pep_optimizer, rendered by pepctl squid-conf when set).
 	// Default 127.0.0.1:3131; "" runs no optimizer.
 	Listen string `yaml:"listen"`
-	// Quality is the lossy WebP quality of JPEG photos, 1-100 (PNG and GIF
-	// become lossless WebP). Default optimize.DefaultQuality.
+	// SSIMTarget is the SSIM every served image reaches against its
+	// original, in 0..1: per image the smallest of lossless WebP and the
+	// lowest lossy quality that reaches it, or the original
+	// (optimize.ImageOptions.Target). 0: the fixed rule (JPEG lossy at
+	// quality, PNG and GIF lossless). Default optimize.DefaultTarget (0.95).
+	SSIMTarget float64 `yaml:"ssim_target"`
+	// SSIMTileFloor is the SSIM every 32x32 tile of a lossy WebP reaches
+	// with ssim_target, in 0..1; 0: none. Default
+	// optimize.DefaultTileFloor (0.90).
+	SSIMTileFloor float64 `yaml:"ssim_tile_floor"`
+	// Quality is the fixed rule's lossy WebP quality of JPEG photos, 1-100
+	// (used with ssim_target 0). Default optimize.DefaultQuality.
 	Quality int `yaml:"quality"`
 	// MaxPixels bounds width*height of an image to decode. Default 40e6.
 	MaxPixels int64 `yaml:"max_pixels"`
@@ -336,7 +346,7 @@ func Default() Config {
 			HTTPSRecords: "filter", Timeout: 2 * time.Second, Attempts: 3, MaxInflight: 1024},
 		Rewrite: Rewrite{MaxBodyBytes: 8 << 20},
 		Guard:   Guard{AllowedPorts: []uint16{80}},
-		Optimize: Optimize{Listen: "127.0.0.1:3131", Quality: 75, MaxPixels: 40_000_000, MinSaving: 0.10,
+		Optimize: Optimize{Listen: "127.0.0.1:3131", SSIMTarget: 0.95, SSIMTileFloor: 0.90, Quality: 75, MaxPixels: 40_000_000, MinSaving: 0.10,
 			MaxBodyBytes: 8 << 20, Deadline: 100 * time.Millisecond, ResultBytes: 64 << 20},
 		Cache: Cache{Admission: "off", Window: time.Hour, FilterItems: 1_000_000, MemoryMaxObject: 1 << 20,
 			StatusTimeout: 2 * time.Second},
@@ -642,6 +652,10 @@ func (c *Config) Validate() error {
 		return field.Errorf("optimize.listen", "%w", hostPort(o.Listen, false))
 	case o.Enabled && o.Listen == "":
 		return field.Errorf("optimize.enabled", "needs optimize.listen (Squid's parent)")
+	case o.SSIMTarget < 0 || o.SSIMTarget > 1:
+		return field.Errorf("optimize.ssim_target", "%v is outside 0..1 (0: the fixed rule)", o.SSIMTarget)
+	case o.SSIMTileFloor < 0 || o.SSIMTileFloor > 1:
+		return field.Errorf("optimize.ssim_tile_floor", "%v is outside 0..1 (0: none)", o.SSIMTileFloor)
 	case o.Quality < 1 || o.Quality > 100:
 		return field.Errorf("optimize.quality", "%d is outside 1..100", o.Quality)
 	case o.MaxPixels < 1:

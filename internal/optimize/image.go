@@ -27,11 +27,27 @@ const (
 
 // ImageOptions are the image transform's settings (config optimize.*).
 type ImageOptions struct {
-	// Quality is libwebp's lossy quality for JPEG photos, 1-100 (cwebp
-	// -q); the default (DefaultQuality) is the lowest-byte setting whose
-	// median SSIM over tp5n's and the default pages' JPEGs is at least
-	// 0.95 and 5th percentile at least 0.90 (make optimize-quality). PNG
-	// and GIF graphics become lossless WebP.
+	// Target is the SSIM every served WebP must reach against the decoded
+	// original (SSIM: Wang et al. 2004 as scikit-image computes it, RGB
+	// over white), in (0, 1]: for each image the transform serves the
+	// smallest of lossless WebP and the lowest lossy quality on
+	// LossyQualities that reaches it (a bounded search: at most 4 lossy
+	// encodes and 1 lossless), or the original when none is at least
+	// MinSaving smaller (SkipNotSmaller). Zero: the fixed rule (JPEG lossy
+	// at Quality, PNG and GIF lossless), no SSIM measured. Default
+	// DefaultTarget (issue 27).
+	Target float64
+	// TileFloor is the SSIM every 32x32 tile of a served lossy WebP must
+	// reach (the mean over a whole image hides damage confined to a small
+	// part of it: text on a flat graphic, a subject on a plain
+	// background), with Target; 0: no local floor. Default
+	// DefaultTileFloor.
+	TileFloor float64
+	// Quality is the fixed rule's libwebp lossy quality for JPEG photos,
+	// 1-100 (cwebp -q), used when Target is 0; the default
+	// (DefaultQuality) is the lowest-byte setting whose median SSIM over
+	// tp5n's and the default pages' JPEGs is at least 0.95 and 5th
+	// percentile at least 0.90 (make optimize-quality, issue 11).
 	Quality int
 	// MaxPixels bounds width*height of an image the optimizer decodes
 	// (a decompression bomb is a few KB of PNG that decodes to gigabytes);
@@ -43,18 +59,34 @@ type ImageOptions struct {
 	MinSaving float64
 }
 
-// DefaultQuality is the WebP quality the optimizer uses unless configured
-// (optimize.quality), chosen by the quality report (README "Quality").
+// DefaultQuality is the fixed rule's WebP quality (optimize.quality, used
+// with optimize.ssim_target 0), chosen by the quality report (README
+// "Quality").
 const DefaultQuality = 75
+
+// DefaultTarget is optimize.ssim_target's default: every served image at
+// least 0.95 SSIM against its original (issue 27).
+const DefaultTarget = 0.95
+
+// DefaultTileFloor is optimize.ssim_tile_floor's default: no 32x32
+// tile of a served image under 0.90 SSIM (issue 27's floor for a whole
+// image, applied to each part of it).
+const DefaultTileFloor = 0.90
+
+// LossyQualities are the lossy WebP qualities the SSIM search chooses
+// from, ascending: 15 of them, so that a binary search settles in at most
+// 4 encodes. Denser at the top, where the hard images (fine detail on a
+// dark field, small text) reach 0.95.
+var LossyQualities = []int{10, 20, 30, 40, 50, 60, 65, 70, 75, 80, 85, 90, 94, 97, 100}
 
 // DefaultMaxPixels is optimize.max_pixels's default: 40 megapixels, more
 // than any photograph a page embeds, well below a bomb.
 const DefaultMaxPixels = 40_000_000
 
-// DefaultImageOptions returns the defaults: DefaultQuality,
-// DefaultMaxPixels, 10 % minimum saving (issue 11).
+// DefaultImageOptions returns the defaults: DefaultTarget, DefaultQuality
+// (for the fixed rule), DefaultMaxPixels, 10 % minimum saving (issue 11).
 func DefaultImageOptions() ImageOptions {
-	return ImageOptions{Quality: DefaultQuality, MaxPixels: DefaultMaxPixels, MinSaving: 0.10}
+	return ImageOptions{Target: DefaultTarget, TileFloor: DefaultTileFloor, Quality: DefaultQuality, MaxPixels: DefaultMaxPixels, MinSaving: 0.10}
 }
 
 // Skip reasons: why a body was served as the origin sent it. They are the
@@ -85,6 +117,21 @@ type ImageResult struct {
 	Skip        string
 	// Format is the input's format ("jpeg", "png", "gif"; "" if unknown).
 	Format string
+	// Lossless is true when the WebP served is lossless; Quality is the
+	// lossy quality when it is lossy (0 otherwise).
+	Lossless bool
+	Quality  int
+	// SSIM is the served WebP's SSIM against the decoded original (1 for
+	// lossless: the same pixels); 0 when not measured (the fixed rule, an
+	// image under 7x7, or nothing served). With SkipNotSmaller after a
+	// search it is the SSIM of the smallest candidate that reached the
+	// target, if any.
+	SSIM float64
+	// WorstTile is the lowest SSIM over one 32x32 tile of the image
+	// (ImageOptions.TileFloor), measured with SSIM.
+	WorstTile float64
+	// Encodes is the number of WebP encodes run (the search's cost).
+	Encodes int
 }
 
 var vipsOnce sync.Once
@@ -114,20 +161,29 @@ func Sniff(b []byte) string {
 	return ""
 }
 
-// errSkip carries a skip reason out of transcode.
+// errSkip carries a skip reason out of the pipeline.
 type errSkip string
 
 func (e errSkip) Error() string { return string(e) }
 
-// Image transcodes a JPEG to lossy WebP at o.Quality, and a PNG or static
-// GIF to lossless WebP, with libvips
+// Image transcodes a JPEG, PNG or static GIF to WebP with libvips
 // (libwebp's encoder, libjpeg-turbo/libspng/libnsgif decoders): EXIF
 // orientation applied (the pixels rotated, the tag dropped), colour in an
 // embedded ICC profile or in CMYK converted to sRGB and a 0.5 KB sRGB
-// profile kept, alpha kept, other metadata (EXIF, XMP) dropped. Only the
-// header is parsed before the pixel limit is checked. It never returns an
-// error: a body it cannot or should not transcode comes back unchanged
-// with the reason in Skip. Safe for concurrent use.
+// profile kept, alpha kept, other metadata (EXIF, XMP) dropped.
+//
+// With o.Target set (the default) the WebP is chosen per image by its SSIM
+// against the decoded original (search): lossless WebP (tried for PNG
+// and GIF, not for JPEG) or the
+// lowest lossy quality on LossyQualities that reaches o.Target, whichever
+// is smaller; an image under 7x7 pixels, where SSIM has no window, is
+// only tried lossless. With o.Target 0, the fixed rule: JPEG lossy at
+// o.Quality, PNG and GIF lossless.
+//
+// Only the header is parsed before the pixel limit is checked. It never
+// returns an error: a body it cannot or should not transcode, or whose
+// WebP saves less than o.MinSaving, comes back unchanged with the reason
+// in Skip. Safe for concurrent use.
 func Image(in []byte, o ImageOptions) ImageResult {
 	res := ImageResult{Body: in, Format: Sniff(in)}
 	if res.Format == "" {
@@ -143,7 +199,7 @@ func Image(in []byte, o ImageOptions) ImageResult {
 		res.Skip = SkipPixels
 		return res
 	}
-	out, err := transcode(in, o.Quality, res.Format != "jpeg")
+	e, err := newEncoder(in)
 	if err != nil {
 		var s errSkip
 		if errors.As(err, &s) {
@@ -153,17 +209,53 @@ func Image(in []byte, o ImageOptions) ImageResult {
 		}
 		return res
 	}
-	if float64(len(out)) > float64(len(in))*(1-o.MinSaving) {
+	defer e.close()
+	limit := int(float64(len(in)) * (1 - o.MinSaving))
+	var c candidate
+	if o.Target > 0 {
+		c, err = e.search(o.Target, o.TileFloor, limit, res.Format != "jpeg")
+	} else {
+		c, err = e.fixed(o.Quality, res.Format != "jpeg")
+	}
+	res.Encodes = e.encodes
+	if err != nil {
+		res.Skip = SkipUndecodable
+		return res
+	}
+	res.SSIM, res.WorstTile = c.ssim, c.worst
+	if c.out == nil || len(c.out) > limit {
 		res.Skip = SkipNotSmaller
 		return res
 	}
-	res.Body, res.ContentType = out, TypeWebP
+	res.Body, res.ContentType = c.out, TypeWebP
+	res.Lossless, res.Quality = c.lossless, c.quality
 	return res
 }
 
-// transcode is Image's libvips pipeline. Decoding is strict (libvips
-// fail=true: a truncated or corrupt file is an error, not grey pixels).
-func transcode(in []byte, quality int, lossless bool) ([]byte, error) {
+// candidate is one WebP encode of an image: its bytes, how it was made,
+// and its SSIM against the original (0: not measured).
+type candidate struct {
+	out      []byte
+	lossless bool
+	quality  int
+	ssim     float64
+	worst    float64 // the lowest tile's SSIM (ssimTiles)
+}
+
+// encoder holds one decoded image for several encodes: the libvips image
+// after EXIF rotation and conversion to sRGB (decoded once: libvips keeps
+// a loaded image's pixels for the life of the image), and, once the
+// search needs them, its reference pixels for SSIM.
+type encoder struct {
+	img     *vips.ImageRef
+	ref     []byte // sRGB over white, 3 bands, row by row; nil until needed
+	encodes int
+}
+
+// newEncoder decodes in with libvips. Decoding is strict (libvips
+// fail=true: a truncated or corrupt file is an error, not grey pixels); an
+// animated image is errSkip(SkipAnimated).
+func newEncoder(in []byte) (*encoder, error) {
 	startVips()
 	p := vips.NewImportParams()
 	p.FailOnError.Set(true)
@@ -171,34 +263,227 @@ func transcode(in []byte, quality int, lossless bool) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("optimize: load: %w", err)
 	}
-	defer img.Close()
+	e := &encoder{img: img}
 	if img.Pages() > 1 {
+		e.close()
 		return nil, errSkip(SkipAnimated)
 	}
 	if err := img.AutoRotate(); err != nil {
+		e.close()
 		return nil, fmt.Errorf("optimize: autorotate: %w", err)
 	}
 	if img.HasICCProfile() || img.Interpretation() == vips.InterpretationCMYK {
 		if err := img.OptimizeICCProfile(); err != nil {
+			e.close()
 			return nil, fmt.Errorf("optimize: icc: %w", err)
 		}
 	}
+	return e, nil
+}
+
+func (e *encoder) close() { e.img.Close() }
+
+// webp encodes the image: lossy at quality, or lossless.
+func (e *encoder) webp(quality int, lossless bool) (candidate, error) {
 	ep := vips.NewWebpExportParams()
 	ep.Quality = quality
 	ep.StripMetadata = true
 	if lossless {
-		// Graphics (PNG, GIF): lossless WebP, the same pixels in fewer
-		// bytes. Lossy WebP at any quality up to 85 left the 5th
-		// percentile SSIM of tp5n's PNGs and GIFs under 0.90 (text, lines
-		// and flat colours ring); see README "Quality".
 		ep.Lossless = true
 		ep.Quality = 100 // with lossless: effort, not fidelity
 	}
-	out, _, err := img.ExportWebp(ep)
+	e.encodes++
+	out, _, err := e.img.ExportWebp(ep)
 	if err != nil {
-		return nil, fmt.Errorf("optimize: webp: %w", err)
+		return candidate{}, fmt.Errorf("optimize: webp: %w", err)
 	}
-	return dropWebPMetadata(out), nil
+	c := candidate{out: dropWebPMetadata(out), lossless: lossless}
+	if lossless {
+		c.ssim, c.worst = 1, 1
+	} else {
+		c.quality = quality
+	}
+	return c, nil
+}
+
+// fixed is the rule before issue 27: a JPEG lossy at quality, a PNG or
+// GIF (graphics) lossless. Lossy WebP at any quality up to 85 left the 5th
+// percentile SSIM of tp5n's PNGs and GIFs under 0.90 (README "Quality").
+func (e *encoder) fixed(quality int, lossless bool) (candidate, error) {
+	return e.webp(quality, lossless)
+}
+
+// search returns the smallest WebP whose SSIM reaches target and whose
+// size is at most limit bytes, or a candidate with nil out when there is
+// none: lossless first when tryLossless (its SSIM is 1, and its size
+// bounds every lossy candidate), then a binary search over LossyQualities
+// for the lowest quality that reaches target, assuming SSIM and size grow
+// with quality: a probe larger than the best so far sends the search
+// lower without measuring it. Lossless is not tried for a JPEG: its
+// decoded pixels carry the JPEG's block noise, which lossless WebP spends
+// bytes on (photo.jpg: 122 KB against the JPEG's 27 KB), at several times a
+// lossy encode's CPU. An image under 7x7
+// pixels (no SSIM window), or one whose SSIM cannot be measured, is
+// served lossless or not at all. A lossy candidate qualifies when its
+// SSIM reaches target and its lowest 32x32 tile reaches floor.
+func (e *encoder) search(target, floor float64, limit int, tryLossless bool) (candidate, error) {
+	var best candidate
+	bound := limit
+	consider := func(c candidate) {
+		if len(c.out) <= bound {
+			best, bound = c, len(c.out)-1
+		}
+	}
+	measurable := e.img.Width() >= ssimMinSide && e.img.Height() >= ssimMinSide
+	if tryLossless || !measurable {
+		c, err := e.webp(0, true)
+		if err != nil {
+			return candidate{}, err
+		}
+		consider(c)
+		if !measurable {
+			return best, nil
+		}
+	}
+	var closest candidate // the smallest lossy candidate that reached target
+	errUnmeasurable := errors.New("unmeasurable")
+	// probe encodes LossyQualities[i]; fits is false when the result is
+	// larger than bound (then it is not measured).
+	probe := func(i int) (c candidate, fits bool, err error) {
+		if c, err = e.webp(LossyQualities[i], false); err != nil || len(c.out) > bound {
+			return c, false, err
+		}
+		st, err := e.ssim(c.out)
+		if err != nil {
+			return c, false, errUnmeasurable
+		}
+		c.ssim, c.worst = st.mean, st.worst
+		return c, true, nil
+	}
+	lo, hi := 0, len(LossyQualities)-1
+	lowestTried := false
+	for lo <= hi {
+		mid := (lo + hi) / 2
+		c, fits, err := probe(mid)
+		if !fits && err == nil {
+			hi = mid - 1
+			if lowestTried || lo > hi {
+				continue
+			}
+			// Too large already: the lowest quality left next, and stop
+			// if it is too large as well (a flat graphic whose lossless
+			// WebP is small costs 2 lossy encodes, not 4).
+			lowestTried, mid = true, lo
+			if c, fits, err = probe(lo); !fits && err == nil {
+				break
+			}
+		}
+		if errors.Is(err, errUnmeasurable) {
+			// Pixels the metric cannot compare (a colour space libvips
+			// cannot bring to sRGB): only the same pixels are safe.
+			return e.losslessOnly(limit, tryLossless, best)
+		}
+		if err != nil {
+			return candidate{}, err
+		}
+		if c.ssim >= target && c.worst >= floor {
+			consider(c)
+			closest = c
+			hi = mid - 1
+		} else {
+			lo = mid + 1
+		}
+	}
+	if best.out == nil {
+		best.ssim, best.worst = closest.ssim, closest.worst
+	}
+	return best, nil
+}
+
+// losslessOnly is search's answer when SSIM cannot be measured: the
+// lossless WebP if it is at most limit bytes (best already holds it when
+// tried is true), else a candidate with nil out.
+func (e *encoder) losslessOnly(limit int, tried bool, best candidate) (candidate, error) {
+	if tried {
+		if best.lossless {
+			return best, nil
+		}
+		return candidate{}, nil
+	}
+	c, err := e.webp(0, true)
+	if err != nil || len(c.out) > limit {
+		return candidate{}, err
+	}
+	return c, nil
+}
+
+// ssim decodes a WebP with libvips and returns its SSIM against the
+// original (both sRGB, composited over white, 3 bands: what
+// testbed/quality's scikit-image measures), and its lowest ssimTile tile.
+func (e *encoder) ssim(webp []byte) (ssimStats, error) {
+	if e.ref == nil {
+		ref, err := flatPixels(e.img)
+		if err != nil {
+			return ssimStats{}, err
+		}
+		e.ref = ref
+	}
+	p := vips.NewImportParams()
+	p.FailOnError.Set(true)
+	img, err := vips.LoadImageFromBuffer(webp, p)
+	if err != nil {
+		return ssimStats{}, fmt.Errorf("optimize: decode webp: %w", err)
+	}
+	defer img.Close()
+	px, err := flatPixels(img)
+	if err != nil {
+		return ssimStats{}, err
+	}
+	return ssimTiles(e.ref, px, e.img.Width(), e.img.Height(), 3, ssimTile)
+}
+
+// ssimTile is the tile, in window positions (about pixels), over which
+// the search's local floor (ImageOptions.TileFloor) takes SSIM's mean.
+const ssimTile = 32
+
+// white is the background flatPixels composites alpha over (a page's
+// usual background; testbed/quality's ssim.py does the same).
+var white = &vips.Color{R: 255, G: 255, B: 255}
+
+// flatPixels returns img's pixels as 8-bit sRGB composited over white,
+// 3 bytes per pixel, row by row, leaving img unchanged.
+func flatPixels(img *vips.ImageRef) ([]byte, error) {
+	c, err := img.Copy()
+	if err != nil {
+		return nil, fmt.Errorf("optimize: pixels: %w", err)
+	}
+	defer c.Close()
+	if c.Interpretation() != vips.InterpretationSRGB || c.BandFormat() != vips.BandFormatUchar {
+		if err := c.ToColorSpace(vips.InterpretationSRGB); err != nil {
+			return nil, fmt.Errorf("optimize: pixels: srgb: %w", err)
+		}
+	}
+	if c.HasAlpha() {
+		if err := c.Flatten(white); err != nil {
+			return nil, fmt.Errorf("optimize: pixels: flatten: %w", err)
+		}
+	}
+	if c.BandFormat() != vips.BandFormatUchar {
+		if err := c.Cast(vips.BandFormatUchar); err != nil {
+			return nil, fmt.Errorf("optimize: pixels: cast: %w", err)
+		}
+	}
+	if c.Bands() != 3 {
+		return nil, fmt.Errorf("optimize: pixels: %d bands after conversion to sRGB", c.Bands())
+	}
+	px, err := c.ToBytes()
+	if err != nil {
+		return nil, fmt.Errorf("optimize: pixels: %w", err)
+	}
+	if len(px) != c.Width()*c.Height()*3 {
+		return nil, fmt.Errorf("optimize: pixels: %d bytes for %dx%d", len(px), c.Width(), c.Height())
+	}
+	return px, nil
 }
 
 // WebP container (RIFF) chunk IDs and the VP8X EXIF flag (Google's "WebP

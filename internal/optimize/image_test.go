@@ -40,10 +40,11 @@ func decoded(t *testing.T, b []byte) (w, h, bands int, alpha, icc bool) {
 
 // TestImage transcodes each kind of real file the web serves and checks
 // what a browser would show: dimensions (after EXIF rotation), alpha,
-// colour (CMYK converted, an sRGB profile kept) and the size rule.
+// colour (CMYK converted, an sRGB profile kept), the size rule, and the
+// SSIM target: a lossy WebP reached it (and the tile floor), a lossless
+// one is VP8L.
 func TestImage(t *testing.T) {
 	o := DefaultImageOptions()
-	lossless := map[string]bool{"png": true, "gif": true}
 	for _, tc := range []struct {
 		file       string
 		format     string
@@ -87,10 +88,12 @@ func TestImage(t *testing.T) {
 				t.Fatalf("%d bytes from %d: less than 10 %% saved but not skipped", len(res.Body), len(in))
 			}
 			w, h, _, alpha, icc := decoded(t, res.Body)
-			// Graphics are lossless: the same pixels (VP8L, not VP8, inside
-			// the RIFF container).
-			if isVP8L := bytes.Contains(res.Body[:min(len(res.Body), 64)], []byte("VP8L")); isVP8L != lossless[tc.format] {
-				t.Errorf("%s: lossless WebP %v, want %v", tc.format, isVP8L, lossless[tc.format])
+			// Lossless is VP8L, lossy VP8, inside the RIFF container.
+			if isVP8L := bytes.Contains(res.Body[:min(len(res.Body), 64)], []byte("VP8L")); isVP8L != res.Lossless {
+				t.Errorf("%s: VP8L %v, result says lossless %v", tc.format, isVP8L, res.Lossless)
+			}
+			if !res.Lossless && (res.SSIM < o.Target || res.WorstTile < o.TileFloor || res.Quality == 0) {
+				t.Errorf("lossy q%d: SSIM %.4f (target %.2f), worst tile %.4f (floor %.2f)", res.Quality, res.SSIM, o.Target, res.WorstTile, o.TileFloor)
 			}
 			if w != tc.w || h != tc.h {
 				t.Errorf("%dx%d, want %dx%d", w, h, tc.w, tc.h)
@@ -101,7 +104,8 @@ func TestImage(t *testing.T) {
 			if icc != tc.icc {
 				t.Errorf("ICC profile %v, want %v", icc, tc.icc)
 			}
-			t.Logf("%s: %d -> %d bytes (%.0f %%)", tc.file, len(in), len(res.Body), 100*float64(len(res.Body))/float64(len(in)))
+			t.Logf("%s: %d -> %d bytes (%.0f %%), lossless %v, q%d, SSIM %.4f, worst tile %.4f, %d encodes", tc.file, len(in), len(res.Body),
+				100*float64(len(res.Body))/float64(len(in)), res.Lossless, res.Quality, res.SSIM, res.WorstTile, res.Encodes)
 		})
 	}
 }

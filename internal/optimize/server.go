@@ -117,6 +117,9 @@ func New(o Options) (*Server, error) {
 	if o.Image.Quality < 1 || o.Image.Quality > 100 {
 		return nil, fmt.Errorf("optimize: quality %d outside 1-100", o.Image.Quality)
 	}
+	if o.Image.Target < 0 || o.Image.Target > 1 || o.Image.TileFloor < 0 || o.Image.TileFloor > 1 {
+		return nil, fmt.Errorf("optimize: ssim target %v or tile floor %v outside 0-1", o.Image.Target, o.Image.TileFloor)
+	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = 8 << 20
 	}

@@ -59,7 +59,11 @@ type Options struct {
 	// Files are more image files, or folders walked for them (files whose
 	// bytes are no JPEG, PNG or GIF are ignored).
 	Files []string
-	// Qualities are the WebP qualities to compare, 1-100; at least one.
+	// Qualities are the rules to compare, at least one: a WebP quality
+	// 1-100 is the fixed rule at it (JPEG lossy at that quality, PNG and
+	// GIF lossless: optimize.ImageOptions with Target 0), and Target (0)
+	// is pepd's default, the per-image SSIM target
+	// (optimize.DefaultImageOptions).
 	Qualities []int
 	// Work is the folder for the image pairs (orig/, q<N>/), the pair list,
 	// ssim.py, results.json and images.tsv. It is created if missing;
@@ -72,6 +76,10 @@ type Options struct {
 	// discards them.
 	Progress io.Writer
 }
+
+// Target in Options.Qualities names pepd's default rule, the per-image
+// SSIM search (optimize.DefaultImageOptions), rather than a fixed quality.
+const Target = 0
 
 // Column is one way of counting the images at one quality: as pepd
 // serves them (Stats.Served) or with a minimum saving of 0 (Stats.Any).
@@ -101,6 +109,16 @@ type Column struct {
 	Median float64 `json:"ssim_median"`
 	P5     float64 `json:"ssim_p5"`
 	Min    float64 `json:"ssim_min"`
+	// Decoded is the number of images the transform decoded and encoded
+	// at least once (optimize.ImageResult.Encodes > 0); MsMean, MsMedian
+	// and MsP99 are the transform's wall time per such image in
+	// milliseconds (one goroutine per image, Options.Procs at once: CPU
+	// time where the machine has a free core), Encodes their WebP encodes.
+	Decoded  int     `json:"decoded"`
+	MsMean   float64 `json:"ms_mean"`
+	MsMedian float64 `json:"ms_median"`
+	MsP99    float64 `json:"ms_p99"`
+	Encodes  int     `json:"encodes"`
 }
 
 // Stats summarizes one quality, over all images (Format "") or one
@@ -119,8 +137,17 @@ type Stats struct {
 
 // Outcome is one image at one quality.
 type Outcome struct {
-	// Quality is the WebP quality.
+	// Quality is the WebP quality (Target: the per-image SSIM search).
 	Quality int `json:"quality"`
+	// Lossless and Chosen are the WebP's kind (Chosen: its lossy quality);
+	// Search is the SSIM the search measured itself (0 for a fixed rule).
+	Lossless bool    `json:"lossless,omitempty"`
+	Chosen   int     `json:"chosen,omitempty"`
+	Search   float64 `json:"search_ssim,omitempty"`
+	// Ms is the transform's wall time in milliseconds, Encodes its WebP
+	// encodes.
+	Ms      float64 `json:"ms"`
+	Encodes int     `json:"encodes"`
 	// WebP is the transform's size in bytes, 0 when there is none (Skip
 	// other than optimize.SkipNotSmaller).
 	WebP int `json:"webp"`
@@ -178,9 +205,10 @@ type Report struct {
 	// Modes counts the measured images (an SSIM at some quality) by
 	// Image.Mode.
 	Modes map[string]int `json:"modes"`
-	// Default is the chosen quality: the one with the fewest image bytes
-	// as served (Served.ServedOut) among those whose Served median SSIM
-	// >= MinMedian and 5th percentile >= MinP5; 0 when none qualifies.
+	// Default is the best rule of Qualities: the one with the fewest image
+	// bytes as served (Served.ServedOut) among those whose Served median
+	// SSIM >= MinMedian and 5th percentile >= MinP5 (Target is one); -1
+	// when none qualifies.
 	Default int `json:"default"`
 	// Elapsed is the run's wall time in seconds.
 	Elapsed float64 `json:"elapsed_s"`
@@ -228,8 +256,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return Report{}, errors.New("quality: no qualities")
 	}
 	for _, q := range o.Qualities {
-		if q < 1 || q > 100 {
-			return Report{}, fmt.Errorf("quality: quality %d not in 1-100", q)
+		if q != Target && (q < 1 || q > 100) {
+			return Report{}, fmt.Errorf("quality: quality %d not in 1-100 (or 0: the SSIM target)", q)
 		}
 	}
 	if o.Progress == nil {
@@ -346,6 +374,9 @@ func transcodeAll(ctx context.Context, o Options, imgs []img, rows []Image, minS
 	dirs := make([]string, len(o.Qualities))
 	for j, q := range o.Qualities {
 		dirs[j] = filepath.Join(o.Work, fmt.Sprintf("q%d", q))
+		if q == Target {
+			dirs[j] = filepath.Join(o.Work, "target")
+		}
 	}
 	for _, d := range append([]string{origDir}, dirs...) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -422,13 +453,18 @@ func webpPath(dir string, i int) string { return filepath.Join(dir, fmt.Sprintf(
 
 // transcodeOne fills row's outcomes for image i and writes its files.
 func transcodeOne(o Options, im img, row *Image, i int, origDir string, dirs []string, minSaving float64) error {
-	opts := optimize.DefaultImageOptions()
-	opts.MinSaving = 0
 	wrote := false
 	for j, q := range o.Qualities {
-		opts.Quality = q
+		opts := optimize.DefaultImageOptions()
+		if q != Target {
+			opts.Target, opts.Quality, opts.MinSaving = 0, q, 0
+		}
+		start := time.Now()
 		res := optimize.Image(im.body, opts)
-		oc := Outcome{Quality: q, Skip: res.Skip, SkipAny: res.Skip}
+		oc := Outcome{Quality: q, Skip: res.Skip, SkipAny: res.Skip, Lossless: res.Lossless, Chosen: res.Quality, Search: res.SSIM,
+			Ms: float64(time.Since(start).Microseconds()) / 1000, Encodes: res.Encodes}
+		// The search runs with pepd's minimum saving (it bounds the
+		// candidates): both columns are pepd's outcome.
 		if res.Skip == "" {
 			oc.WebP = len(res.Body)
 			if float64(len(res.Body)) > float64(len(im.body))*(1-minSaving) {
@@ -545,7 +581,7 @@ func (r *Report) summarize(minSaving float64) {
 			r.Modes[im.Mode]++
 		}
 	}
-	r.Default = 0
+	r.Default = -1
 	best := -1
 	for i, s := range r.Overall {
 		c := s.Served
@@ -563,13 +599,17 @@ func (r *Report) stats(j, q int, format string, minSaving float64) Stats {
 	s := Stats{Quality: q, Format: format}
 	s.Served = Column{MinSaving: minSaving, Skipped: map[string]int{}, Unmeasured: map[string]int{}}
 	s.Any = Column{MinSaving: 0, Skipped: map[string]int{}, Unmeasured: map[string]int{}}
-	var served, anyv []float64
+	var served, anyv, ms []float64
 	for _, im := range r.Images {
 		if format != "" && im.Format != format {
 			continue
 		}
 		s.Images++
 		oc := im.Outcomes[j]
+		if oc.Encodes > 0 {
+			ms = append(ms, oc.Ms)
+			s.Served.Encodes += oc.Encodes
+		}
 		add := func(c *Column, skip string, vals *[]float64) {
 			c.ServedIn += int64(im.Bytes)
 			if skip != "" {
@@ -593,6 +633,17 @@ func (r *Report) stats(j, q int, format string, minSaving float64) Stats {
 	}
 	s.Served.Median, s.Served.P5, s.Served.Min = dist(served)
 	s.Any.Median, s.Any.P5, s.Any.Min = dist(anyv)
+	s.Served.Decoded = len(ms)
+	if len(ms) > 0 {
+		var sum float64
+		for _, v := range ms {
+			sum += v
+		}
+		s.Served.MsMean = sum / float64(len(ms))
+		s.Served.MsMedian, _, _ = dist(ms) // sorts ms
+		s.Served.MsP99 = ms[max(0, int(math.Ceil(0.99*float64(len(ms))))-1)]
+	}
+	s.Any.Decoded, s.Any.MsMean, s.Any.MsMedian, s.Any.MsP99, s.Any.Encodes = s.Served.Decoded, s.Served.MsMean, s.Served.MsMedian, s.Served.MsP99, s.Served.Encodes
 	return s
 }
 
@@ -637,6 +688,14 @@ func (r Report) write(dir string) error {
 		}
 	}
 	return os.WriteFile(filepath.Join(dir, "images.tsv"), t.Bytes(), 0o644)
+}
+
+// ruleName names a rule of Options.Qualities in the tables.
+func ruleName(q int) string {
+	if q == Target {
+		return fmt.Sprintf("SSIM target %.2f", optimize.DefaultTarget)
+	}
+	return fmt.Sprintf("fixed q%d", q)
 }
 
 func tsv(s string) string { return strings.NewReplacer("\t", " ", "\n", " ").Replace(s) }
@@ -695,27 +754,46 @@ func (r Report) Markdown() string {
 		return b.String()
 	}
 	fmt.Fprintf(&b, "As pepd serves them (minimum saving %.0f %%; skipped images are served as they are and not in the SSIM):\n\n", 100*r.Overall[0].Served.MinSaving)
-	b.WriteString("| quality | transformed | skipped | all image bytes as served | transformed: in -> out | SSIM median | SSIM p5 | SSIM min | no SSIM |\n")
-	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| rule | transformed | skipped | all image bytes as served | transformed: in -> out | SSIM median | SSIM p5 | SSIM min | no SSIM | ms per image: mean, median, p99 (encodes) |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---|---|\n")
 	for _, s := range r.Overall {
 		c := s.Served
 		mark := ""
 		if s.Quality == r.Default {
-			mark = " **default**"
+			mark = " **best**"
 		}
-		fmt.Fprintf(&b, "| %d%s | %d of %d | %s | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s | %s |\n",
-			s.Quality, mark, c.Transformed, s.Images, countList(c.Skipped),
+		fmt.Fprintf(&b, "| %s%s | %d of %d | %s | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s | %s | %.1f, %.1f, %.1f (%d over %d images) |\n",
+			ruleName(s.Quality), mark, c.Transformed, s.Images, countList(c.Skipped),
 			mb(c.ServedIn), mb(c.ServedOut), pct(c.ServedOut, c.ServedIn),
 			mb(c.BytesIn), mb(c.BytesOut), pct(c.BytesOut, c.BytesIn),
-			ssimCell(c, c.Median), ssimCell(c, c.P5), ssimCell(c, c.Min), countList(c.Unmeasured))
+			ssimCell(c, c.Median), ssimCell(c, c.P5), ssimCell(c, c.Min), countList(c.Unmeasured),
+			c.MsMean, c.MsMedian, c.MsP99, c.Encodes, c.Decoded)
+	}
+	for j, q := range r.Qualities {
+		if q != Target {
+			continue
+		}
+		chosen := map[string]int{}
+		for _, im := range r.Images {
+			oc := im.Outcomes[j]
+			switch {
+			case oc.Skip != "":
+			case oc.Lossless:
+				chosen["lossless"]++
+			default:
+				chosen[fmt.Sprintf("q%03d", oc.Chosen)]++
+			}
+		}
+		fmt.Fprintf(&b, "\nWebP chosen by the SSIM target (%.2f, tile floor %.2f) for the images it transformed: %s.\n",
+			optimize.DefaultTarget, optimize.DefaultTileFloor, countList(chosen))
 	}
 	b.WriteString("\nWith a minimum saving of 0 (every WebP not larger than its original):\n\n")
 	b.WriteString("| quality | transformed | all image bytes as served | transformed: in -> out | SSIM median | SSIM p5 | SSIM min |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.Overall {
 		c := s.Any
-		fmt.Fprintf(&b, "| %d | %d of %d | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s |\n",
-			s.Quality, c.Transformed, s.Images, mb(c.ServedIn), mb(c.ServedOut), pct(c.ServedOut, c.ServedIn),
+		fmt.Fprintf(&b, "| %s | %d of %d | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s |\n",
+			ruleName(s.Quality), c.Transformed, s.Images, mb(c.ServedIn), mb(c.ServedOut), pct(c.ServedOut, c.ServedIn),
 			mb(c.BytesIn), mb(c.BytesOut), pct(c.BytesOut, c.BytesIn), ssimCell(c, c.Median), ssimCell(c, c.P5), ssimCell(c, c.Min))
 	}
 	b.WriteString("\nBy format, as pepd serves them:\n\n")
@@ -729,16 +807,16 @@ func (r Report) Markdown() string {
 	for _, f := range fmts {
 		for _, s := range r.ByFormat[f] {
 			c := s.Served
-			fmt.Fprintf(&b, "| %s | %d | %d of %d | %s | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s |\n",
-				f, s.Quality, c.Transformed, s.Images, countList(c.Skipped),
+			fmt.Fprintf(&b, "| %s | %s | %d of %d | %s | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s |\n",
+				f, ruleName(s.Quality), c.Transformed, s.Images, countList(c.Skipped),
 				mb(c.ServedIn), mb(c.ServedOut), pct(c.ServedOut, c.ServedIn),
 				mb(c.BytesIn), mb(c.BytesOut), pct(c.BytesOut, c.BytesIn),
 				ssimCell(c, c.Median), ssimCell(c, c.P5), ssimCell(c, c.Min))
 		}
 	}
-	if r.Default > 0 {
-		fmt.Fprintf(&b, "\nDefault: quality %d, the setting with the fewest image bytes as served whose median SSIM >= %.2f and 5th percentile >= %.2f.\n",
-			r.Default, MinMedian, MinP5)
+	if r.Default >= 0 {
+		fmt.Fprintf(&b, "\nBest: %s, the setting with the fewest image bytes as served whose median SSIM >= %.2f and 5th percentile >= %.2f.\n",
+			ruleName(r.Default), MinMedian, MinP5)
 	} else {
 		fmt.Fprintf(&b, "\nNo quality tried has median SSIM >= %.2f and 5th percentile >= %.2f: no default chosen.\n", MinMedian, MinP5)
 	}

@@ -27,7 +27,7 @@ func TestQualityReport(t *testing.T) {
 	testdata := filepath.Join("..", "..", "internal", "optimize", "testdata")
 	work := t.TempDir()
 	var progress bytes.Buffer
-	rep, err := Run(context.Background(), Options{Files: []string{testdata}, Qualities: []int{30, 90}, Work: work, Progress: &progress})
+	rep, err := Run(context.Background(), Options{Files: []string{testdata}, Qualities: []int{30, 90, Target}, Work: work, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,8 +38,8 @@ func TestQualityReport(t *testing.T) {
 		byName[filepath.Base(im.Name)] = im
 	}
 	// make.sh is no image; photo.jpg and corrupt.jpg differ in 2 KB.
-	if _, ok := byName["make.sh"]; ok || rep.Distinct != 12 {
-		t.Errorf("%d distinct images (make.sh counted: %v), want the 12 test images", rep.Distinct, ok)
+	if _, ok := byName["make.sh"]; ok || rep.Distinct != 13 {
+		t.Errorf("%d distinct images (make.sh counted: %v), want the 13 test images", rep.Distinct, ok)
 	}
 
 	photo := byName["photo.jpg"]
@@ -86,7 +86,9 @@ func TestQualityReport(t *testing.T) {
 			t.Errorf("q%d: min saving 0 transforms %d, pepd %d", s.Quality, s.Any.Transformed, s.Served.Transformed)
 		}
 		opts := optimize.DefaultImageOptions()
-		opts.Quality = s.Quality
+		if s.Quality != Target {
+			opts.Target, opts.Quality = 0, s.Quality
+		}
 		var in, out int64
 		for _, im := range rep.Images {
 			oc := im.Outcomes[j]
@@ -119,15 +121,34 @@ func TestQualityReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back Report
-	if err := json.Unmarshal(b, &back); err != nil || len(back.Overall) != 2 || back.Distinct != rep.Distinct {
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Overall) != 3 || back.Distinct != rep.Distinct {
 		t.Errorf("results.json: %v, %d qualities, %d images", err, len(back.Overall), back.Distinct)
 	}
 	tsv, err := os.ReadFile(filepath.Join(work, "images.tsv"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(tsv), "\n"); n != 1+2*rep.Distinct {
-		t.Errorf("images.tsv: %d lines, want %d", n, 1+2*rep.Distinct)
+	if n := strings.Count(string(tsv), "\n"); n != 1+3*rep.Distinct {
+		t.Errorf("images.tsv: %d lines, want %d", n, 1+3*rep.Distinct)
+	}
+
+	// The SSIM target: every WebP served reaches it as scikit-image
+	// measures it (within the 0.01 the two implementations may differ),
+	// and the search's own figure agrees with scikit-image's (a CMYK JPEG
+	// without a profile aside: Pillow converts it naively, libvips through
+	// a CMYK profile: two references).
+	tgt := rep.Overall[2]
+	if tgt.Served.Transformed < 8 || tgt.Served.Decoded == 0 || tgt.Served.MsP99 <= 0 {
+		t.Errorf("target: %d transformed, %d decoded, p99 %.1f ms", tgt.Served.Transformed, tgt.Served.Decoded, tgt.Served.MsP99)
+	}
+	for _, im := range rep.Images {
+		oc := im.Outcomes[2]
+		if oc.Skip != "" || oc.NoSSIM != "" || im.Mode == "CMYK" {
+			continue
+		}
+		if oc.SSIM < optimize.DefaultTarget-0.01 || math.Abs(oc.SSIM-oc.Search) > 0.01 {
+			t.Errorf("%s: search SSIM %.4f, scikit-image %.4f: want both >= %.2f and within 0.01", im.Name, oc.Search, oc.SSIM, optimize.DefaultTarget-0.01)
+		}
 	}
 }
 

@@ -2,7 +2,7 @@
 # Regenerates the optimizer's test images (internal/optimize/image_test.go)
 # from scikit-image's sample photographs (python3-skimage, public domain or
 # CC0: /usr/share/doc/python3-skimage/copyright) and the default corpus's
-# spinner.gif. Needs imagemagick, libimage-exiftool-perl, python3-skimage.
+# spinner.gif. Needs imagemagick, libimage-exiftool-perl, python3-skimage, python3-pil.
 set -eu
 S=/usr/lib/python3/dist-packages/skimage/data
 D=$(dirname "$0")
@@ -23,3 +23,6 @@ cp photo.jpg corrupt.jpg
 dd if=/dev/zero of=corrupt.jpg bs=1 seek=4000 count=2048 conv=notrunc status=none
 # truncated: the first half of alpha.png
 head -c $(( $(stat -c %s alpha.png) / 2 )) alpha.png > truncated.png
+# starfield: fine detail on a dark field (issue 27), a crop of the Hubble deep field
+# (NASA, public domain; scikit-image's hubble_deep_field.jpg), re-saved at q95 by Pillow
+/usr/bin/python3 -c "from PIL import Image; Image.open('$S/hubble_deep_field.jpg').crop((550, 0, 950, 300)).save('starfield.jpg', quality=95)"
