@@ -77,7 +77,7 @@ func TestSSIMValues(t *testing.T) {
 func TestSSIMAgainstSkimage(t *testing.T) {
 	py := "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import skimage.metrics, PIL").Run(); err != nil {
-		t.Skipf("%s lacks scikit-image or Pillow (make deps): %v", py, err)
+		t.Fatalf("%s lacks scikit-image or Pillow (make deps installs python3-skimage python3-pil): %v", py, err)
 	}
 	var files []string
 	for _, root := range []string{"testdata", "../../testbed/corpus/default/site"} {
