@@ -29,6 +29,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"pep/testbed/har"
 )
 
 // Resolver selects the DNS resolver Chromium uses: its built-in
@@ -97,6 +99,9 @@ type Options struct {
 	// profile's path on its command line, so a run-unique ProfileDir makes
 	// its processes easy to find.
 	ProfileDir string
+	// HAR makes Load return the page's HAR (Page.HAR: package har, built
+	// from the tab's DevTools network events).
+	HAR bool
 	// Log receives the session's events; nil discards them.
 	Log *slog.Logger
 }
@@ -347,6 +352,11 @@ type Page struct {
 	ConnsByIP          map[string]int
 	// Wall is the time Load took, settling included.
 	Wall time.Duration
+	// HAR is the load's HTTP archive (Options.HAR; nil without): every
+	// request the tab made until the page settled, with its timings,
+	// initiator and connection, and the page's marks (PLT, DCL, TTFB, FCP,
+	// LCP). A page that did not load has its requests up to the timeout.
+	HAR *har.HAR
 }
 
 // netLog tracks the network events of one tab.
@@ -358,11 +368,15 @@ type netLog struct {
 	inflight  map[network.RequestID]bool
 	httpError map[network.RequestID]bool // got a status >= 400
 	last      time.Time
+	har       *harLog // nil: no HAR
 }
 
 func (n *netLog) event(ev any) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.har != nil {
+		n.har.event(ev)
+	}
 	switch e := ev.(type) {
 	case *network.EventRequestWillBeSent:
 		if e.Request == nil || !(strings.HasPrefix(e.Request.URL, "http:") || strings.HasPrefix(e.Request.URL, "https:")) {
@@ -417,12 +431,13 @@ func (n *netLog) quietFor(d time.Duration) bool {
 
 // navTiming is the part of the PerformanceNavigationTiming entry Load reads.
 type navTiming struct {
+	TimeOrigin               float64 `json:"timeOrigin"` // ms since the epoch
 	LoadEventEnd             float64 `json:"loadEventEnd"`
 	DOMContentLoadedEventEnd float64 `json:"domContentLoadedEventEnd"`
 }
 
 const navTimingJS = `(() => { const e = performance.getEntriesByType('navigation')[0];
-  return e ? {loadEventEnd: e.loadEventEnd, domContentLoadedEventEnd: e.domContentLoadedEventEnd} : {loadEventEnd: 0, domContentLoadedEventEnd: 0}; })()`
+  return e ? {timeOrigin: performance.timeOrigin, loadEventEnd: e.loadEventEnd, domContentLoadedEventEnd: e.domContentLoadedEventEnd} : {timeOrigin: performance.timeOrigin, loadEventEnd: 0, domContentLoadedEventEnd: 0}; })()`
 
 // Load opens a new tab, navigates it to rawURL, waits for loadEventEnd and
 // then for the network to settle (Options.Settle), reads Navigation Timing
@@ -434,6 +449,9 @@ func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 	p := Page{URL: rawURL, Hosts: map[string]int{}, DocHosts: map[string]int{}, ConnsByIP: map[string]int{}}
 	n := &netLog{page: &p, seen: s.conns, used: map[float64]bool{}, inflight: map[network.RequestID]bool{},
 		httpError: map[network.RequestID]bool{}, last: start}
+	if s.opts.HAR {
+		n.har = newHARLog()
+	}
 	tab, closeTab := chromedp.NewContext(s.browser)
 	defer closeTab()
 	// Listen opens the tab; chromedp enables the Network domain on it.
@@ -497,6 +515,9 @@ func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 	n.mu.Lock()
 	out := p
 	out.Hosts, out.DocHosts, out.ConnsByIP = maps.Clone(p.Hosts), maps.Clone(p.DocHosts), maps.Clone(p.ConnsByIP)
+	if n.har != nil {
+		out.HAR = n.har.build(pageInfo{url: rawURL, userAgent: s.version, timeOrigin: nt.TimeOrigin, p: &out}, time.Now())
+	}
 	n.mu.Unlock()
 	out.Wall = time.Since(start)
 	s.log.Debug("page", "url", rawURL, "loaded", out.Loaded, "plt", out.PLT, "ttfb", out.TTFB, "fcp", out.FCP, "lcp", out.LCP, "requests", out.Requests, "bytes", out.Bytes, "failed", out.Failed, "err", out.Err)

@@ -76,6 +76,10 @@ type Record struct {
 	Resolver string  `json:"resolver"` // Chromium's resolver: builtin or system
 	Warm     bool    `json:"warm"`     // Squid's cache was kept from the previous run
 	WallMs   float64 `json:"wall_ms"`  // time the load took in the runner, settling included
+
+	// HAR is the load's HAR file (package har), relative to the folder
+	// of results.json; "" when none was written.
+	HAR string `json:"har,omitempty"`
 }
 
 // ProfileInfo is what the report needs of a link profile.

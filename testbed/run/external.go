@@ -183,7 +183,7 @@ func externalSession(ctx context.Context, c Config, gw *gateway, scr *Scraper, p
 	s, err := browser.NewSession(ctx, browser.Options{
 		ExecPath: c.Chromium, Resolver: c.Resolver, PageTimeout: c.PageTimeout, Settle: c.Settle, SettleMax: c.SettleMax,
 		IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures,
-		ProfileDir: work, Log: log.With("mode", m, "run", run),
+		ProfileDir: work, HAR: !c.NoHAR, Log: log.With("mode", m, "run", run),
 	})
 	if err != nil {
 		return nil, "", err
@@ -215,6 +215,9 @@ func externalSession(ctx context.Context, c Config, gw *gateway, scr *Scraper, p
 			SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries),
 			LinkUpBytes: int64(lc.Up.Bytes), LinkDnBytes: int64(lc.Down.Bytes), LinkDrops: int(lc.Up.Drops + lc.Down.Drops),
 			Resolver: string(c.Resolver), Warm: warm, WallMs: ms(p.Wall),
+		}
+		if r.HAR, err = saveHAR(c.Out, profile, run, m, seq, pg.Name, p); err != nil {
+			return recs, s.UserAgent(), err
 		}
 		// Destinations: only when the emulator exports SYNs by destination.
 		if len(lc.Up.ConnsByDst) > 0 {

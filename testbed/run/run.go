@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -251,6 +252,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 		PageTimeout: c.PageTimeout, Settle: c.Settle, SettleMax: c.SettleMax, IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned,
 		DisableFeatures: c.DisableFeatures, ProfileDir: bed.work, Log: bed.log.With("mode", m, "run", run),
 	}
+
 	if NeedsPEP(m) {
 		if err := bed.ColdCache(ctx); err != nil {
 			return nil, "", err
@@ -261,6 +263,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 			}
 		}
 	}
+	bopts.HAR = !c.NoHAR
 	s, err := browser.NewSession(ctx, bopts)
 	if err != nil {
 		return nil, "", err
@@ -289,6 +292,9 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 			Origin404: int(st.Misses), Resolver: string(c.Resolver), Warm: c.Warm, WallMs: ms(p.Wall),
 			ConnsByDst: map[string]int{},
 		}
+		if r.HAR, err = saveHAR(c.Out, bed.Profile.Name, run, m, seq, pg.Name, p); err != nil {
+			return recs, s.UserAgent(), err
+		}
 		for a, n := range lc.Up.ConnsByDst {
 			r.ConnsByDst[a.String()] = int(n)
 			switch {
@@ -303,6 +309,39 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 		recs = append(recs, r)
 	}
 	return recs, s.UserAgent(), nil
+}
+
+// HARDir is the folder, relative to the run's output folder, of the HAR
+// files of one session: har/PROFILE/runN/MODE (names made safe for a
+// file system).
+func HARDir(profile string, run int, mode string) string {
+	return filepath.Join("har", safeFileName(profile), fmt.Sprintf("run%d", run), safeFileName(mode))
+}
+
+// saveHAR writes p's HAR (if any) into its session's HARDir under out and
+// returns its path relative to out ("" with no HAR).
+func saveHAR(out, profile string, run int, mode string, seq int, page string, p browser.Page) (string, error) {
+	if p.HAR == nil {
+		return "", nil
+	}
+	rel := filepath.Join(HARDir(profile, run, mode), fmt.Sprintf("%03d-%s.har", seq, safeFileName(page)))
+	if err := os.MkdirAll(filepath.Dir(filepath.Join(out, rel)), 0o755); err != nil {
+		return "", fmt.Errorf("run: %w", err)
+	}
+	if err := p.HAR.Write(filepath.Join(out, rel)); err != nil {
+		return "", err
+	}
+	return filepath.ToSlash(rel), nil
+}
+
+// safeFileName keeps letters, digits and -_.+ and turns the rest into _.
+func safeFileName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.+", r) {
+			return r
+		}
+		return '_'
+	}, s)
 }
 
 // warmUp loads every page once in a browser of its own, whose figures are
