@@ -9,7 +9,7 @@
 #   RUNS     runs per mode (a fresh browser, a cold Squid each)
 #   PAGES    "" (all), N (the first N) or a comma-separated list of names
 #   OUT      output folder (results.json, report.md, plots, logs)
-#   TESTBED_FLAGS  more flags for `testbed run` (-warm, -resolver system,
+#   TESTBED_FLAGS  more flags for `testbed run` (-har, -warm, -resolver system,
 #            -unpartitioned, -wired PROFILE, -parallel N, ...)
 
 CORPUS        ?= default

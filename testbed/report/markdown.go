@@ -14,6 +14,12 @@ import (
 // the tables of the seed paper's Figs. 5, 6 and 7 (§4.2), with medians and
 // min-max over runs, and the plots' file names when plots is not empty.
 func Markdown(r *Results, plots map[string][]string) []byte {
+	return markdown(r, plots, nil)
+}
+
+// markdown is Markdown with the HAR analyses of the profiles that have
+// them (writeTimes).
+func markdown(r *Results, plots map[string][]string, times map[string]TimeView) []byte {
 	var b bytes.Buffer
 	c := r.Config
 	b.WriteString("# pep testbed report\n\n")
@@ -77,6 +83,9 @@ func Markdown(r *Results, plots map[string][]string) []byte {
 		writeFig6(&b, v)
 		writePaint(&b, v)
 		writeFig7(&b, v)
+		if tv, ok := times[p.Name]; ok {
+			writeTimes(&b, v, tv)
+		}
 		writeFailures(&b, v, r)
 		if names := plots[p.Name]; len(names) > 0 {
 			for _, n := range names {
@@ -336,13 +345,23 @@ func writeFailures(b *bytes.Buffer, v View, r *Results) {
 }
 
 // Generate writes dir/report.md and the PNG plots of r into dir and returns
-// the report's text.
+// the report's text. Records with a HAR add the section "where the time
+// goes" (writeTimes), its plots, and dir/PROFILE-loads.csv (one row per
+// load: WriteLoadsCSV).
 func Generate(r *Results, dir string) ([]byte, error) {
-	plots, err := Plots(r, dir)
+	times := readTimes(r, dir)
+	for _, v := range Views(r) {
+		if tv, ok := times[v.Profile.Name]; ok && len(tv.Loads) > 0 {
+			if err := WriteLoadsCSV(filepath.Join(dir, safeName(v.Profile.Name)+"-loads.csv"), v, tv); err != nil {
+				return nil, err
+			}
+		}
+	}
+	plots, err := plots(r, dir, times)
 	if err != nil {
 		return nil, err
 	}
-	md := Markdown(r, plots)
+	md := markdown(r, plots, times)
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), md, 0o644); err != nil {
 		return nil, fmt.Errorf("report: %w", err)
 	}

@@ -50,7 +50,28 @@ const ManyPages = 12
 // y-axis has headroom above the largest value drawn, legends sit in space
 // kept free for them, page names are slanted. It returns the PNG file
 // names per profile (the SVG is the same name with .svg).
+//
+// With HARs (Record.HAR), per profile also: NAME-inflight (requests in
+// flight and blocked over time, the median page, every mode),
+// NAME-critical (the critical path's phases as shares of PLT per mode) and
+// NAME-waterfall-MODE (the median page's median-run load, one row per
+// request).
 func Plots(r *Results, dir string) (map[string][]string, error) {
+	return plots(r, dir, readTimes(r, dir))
+}
+
+// readTimes analyses the HARs of every profile of r that has any.
+func readTimes(r *Results, dir string) map[string]TimeView {
+	out := map[string]TimeView{}
+	for _, v := range Views(r) {
+		if tv := ReadTimes(r, dir, v); len(tv.Loads) > 0 || len(tv.Errors) > 0 {
+			out[v.Profile.Name] = tv
+		}
+	}
+	return out
+}
+
+func plots(r *Results, dir string, times map[string]TimeView) (map[string][]string, error) {
 	out := map[string][]string{}
 	for _, v := range Views(r) {
 		name := safeName(v.Profile.Name)
@@ -78,6 +99,59 @@ func Plots(r *Results, dir string) (map[string][]string, error) {
 				}
 			}
 			out[v.Profile.Name] = append(out[v.Profile.Name], f.file+".png")
+		}
+		if tv, ok := times[v.Profile.Name]; ok && len(tv.Loads) > 0 {
+			names, err := timingPlots(v, tv, dir, name)
+			if err != nil {
+				return nil, err
+			}
+			out[v.Profile.Name] = append(out[v.Profile.Name], names...)
+		}
+	}
+	return out, nil
+}
+
+// timingPlots writes the HAR plots of one profile (Plots).
+func timingPlots(v View, tv TimeView, dir, name string) ([]string, error) {
+	var out []string
+	save := func(p *plot.Plot, file string, w, h vg.Length) error {
+		for _, ext := range []string{".png", ".svg"} {
+			if err := p.Save(w, h, filepath.Join(dir, file+ext)); err != nil {
+				return fmt.Errorf("report: %w", err)
+			}
+		}
+		out = append(out, file+".png")
+		return nil
+	}
+	p, w, err := plotShares(v, tv)
+	if err != nil {
+		return nil, fmt.Errorf("report: plot %s-critical: %w", name, err)
+	}
+	if err := save(p, name+"-critical", w, 11*vg.Centimeter); err != nil {
+		return nil, err
+	}
+	page := MedianPage(v)
+	if page == "" {
+		return out, nil
+	}
+	p, w, err = plotInFlight(v, tv, page)
+	if err != nil {
+		return nil, fmt.Errorf("report: plot %s-inflight: %w", name, err)
+	}
+	if err := save(p, name+"-inflight", w, 11*vg.Centimeter); err != nil {
+		return nil, err
+	}
+	for _, m := range v.Modes {
+		i := tv.MedianLoad(page, m)
+		if i < 0 {
+			continue
+		}
+		p, w, h, err := plotWaterfall(v, tv, i)
+		if err != nil {
+			return nil, fmt.Errorf("report: plot %s-waterfall-%s: %w", name, m, err)
+		}
+		if err := save(p, name+"-waterfall-"+safeName(m), w, h); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

@@ -183,7 +183,7 @@ func externalSession(ctx context.Context, c Config, gw *gateway, scr *Scraper, p
 	s, err := browser.NewSession(ctx, browser.Options{
 		ExecPath: c.Chromium, Resolver: c.Resolver, PageTimeout: c.PageTimeout, Settle: c.Settle, SettleMax: c.SettleMax,
 		IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures,
-		ProfileDir: work, HAR: !c.NoHAR, Log: log.With("mode", m, "run", run),
+		ProfileDir: work, HAR: c.HAR, Log: log.With("mode", m, "run", run),
 	})
 	if err != nil {
 		return nil, "", err

@@ -263,7 +263,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 			}
 		}
 	}
-	bopts.HAR = !c.NoHAR
+	bopts.HAR = c.HAR
 	s, err := browser.NewSession(ctx, bopts)
 	if err != nil {
 		return nil, "", err

@@ -1,0 +1,141 @@
+package report
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"pep/testbed/har"
+)
+
+// testdata/golden.har is a load whose answer is worked out by hand (RTT
+// 100 ms, onload at 850 ms):
+//
+//	0-350    document          dns 100, connect 100, wait 100, receive 50   conn 1
+//	360-610  s.css  (document) blocked 10, connect 100, wait 100, receive 40 conn 2
+//	365-500  j.js   (document) blocked 5, wait 100, receive 30             conn 1
+//	510-820  data.json (j.js)  blocked 200, wait 100, receive 10           conn 1
+//	620-800  bg.png (s.css)    wait 100, receive 80                        conn 2
+//	860-965  favicon (after onload: left out)
+//
+// The longest chains are document -> s.css -> bg.png and document -> j.js
+// -> data.json (3 levels); the latter ends later. The critical path is
+// document -> j.js -> data.json (data.json ends last before onload).
+func TestAnalyzeGolden(t *testing.T) {
+	h, err := har.Read(filepath.Join("testdata", "golden.har"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Analyze(h, 100)
+	near := func(name string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-6 {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	near("PLT", l.PLT, 850)
+	if l.Requests != 5 || l.Network != 5 || l.Conns != 2 {
+		t.Errorf("requests, network, conns = %d, %d, %d; want 5, 5, 2", l.Requests, l.Network, l.Conns)
+	}
+	near("RequestBound", l.RequestBound, 250) // 5 / 2 x 100 ms
+	near("Queued", l.Queued, 215)
+	if l.QueuedRequests != 1 {
+		t.Errorf("QueuedRequests = %d, want 1 (data.json, 200 ms > 1 RTT)", l.QueuedRequests)
+	}
+	if l.MaxInFlight != 2 {
+		t.Errorf("MaxInFlight = %d, want 2", l.MaxInFlight)
+	}
+	near("MeanInFlight", l.MeanInFlight, 1225.0/850)
+	if l.Depth != 3 || !slices.Equal(l.Chain, []int{0, 2, 3}) {
+		t.Errorf("depth %d chain %v, want 3 [0 2 3] (document, j.js, data.json)", l.Depth, l.Chain)
+	}
+	if l.ChainRTTs != 5 { // document: DNS, connect, request; j.js and data.json: a request each
+		t.Errorf("ChainRTTs = %d, want 5", l.ChainRTTs)
+	}
+	if !slices.Equal(l.CriticalPath, []int{0, 2, 3}) {
+		t.Errorf("critical path %v, want [0 2 3]", l.CriticalPath)
+	}
+	want := [NumPhases]float64{PhaseBrowser: 55, PhaseQueued: 205, PhaseHandshake: 200, PhaseWait: 300, PhaseTransfer: 90}
+	var sum float64
+	for p := range NumPhases {
+		near("Critical["+PhaseNames[p]+"]", l.Critical[p], want[p])
+		sum += l.Critical[p]
+	}
+	near("sum of the critical path", sum, l.PLT)
+	if l.Bytes != 5000 {
+		t.Errorf("Bytes = %d, want 5000", l.Bytes)
+	}
+}
+
+func TestAnalyzeNotLoaded(t *testing.T) {
+	h, err := har.Read(filepath.Join("testdata", "golden.har"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Log.Pages[0].PageTimings.OnLoad = -1
+	l := Analyze(h, 100)
+	near := math.Abs(l.PLT-965) < 1e-6
+	if !near || l.Requests != 6 {
+		t.Errorf("not loaded: PLT %v requests %d, want 965 (the last end) and 6 (all)", l.PLT, l.Requests)
+	}
+	var sum float64
+	for _, c := range l.Critical {
+		sum += c
+	}
+	if math.Abs(sum-l.PLT) > 1e-6 {
+		t.Errorf("critical path sums to %v, want PLT %v", sum, l.PLT)
+	}
+}
+
+func TestInFlightSteps(t *testing.T) {
+	es := []har.Entry{{Start: 0, Time: 10}, {Start: 5, Time: 10, Timings: har.Timings{Blocked: 3}}, {Start: 10, Time: 1}}
+	got := InFlight(es)
+	want := []Step{{0, 1}, {5, 2}, {10, 2}, {11, 1}, {15, 0}}
+	if !slices.Equal(got, want) {
+		t.Errorf("InFlight = %v, want %v", got, want)
+	}
+	if got, want := Blocked(es), []Step{{0, 0}, {5, 1}, {8, 0}}; !slices.Equal(got, want) {
+		t.Errorf("Blocked = %v, want %v", got, want)
+	}
+}
+
+// TestGenerateWithHARs runs the report over results whose loads have
+// HARs (the golden one for every load) and checks the section, the CSV
+// and the plots.
+func TestGenerateWithHARs(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join("testdata", "golden.har"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "golden.har"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := synthetic()
+	for i := range r.Records {
+		r.Records[i].HAR = "golden.har"
+	}
+	r.Records[0].HAR = "missing.har"
+	md, err := Generate(r, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		"### Where the time goes (a HAR per load)",
+		"| url | 3 | 0.85 s |",
+		"| url | 6 % | 24 % | 24 % | 35 % | 11 % |", // 55/850, 205/850, 200/850, 300/850, 90/850
+		"HAR files that could not be read (1):",
+	} {
+		if !strings.Contains(string(md), s) {
+			t.Errorf("report lacks %q", s)
+		}
+	}
+	for _, f := range []string{"paper-average-loads.csv", "paper-average-critical.png", "paper-average-inflight.png", "paper-average-waterfall-direct.png", "paper-average-waterfall-url.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}

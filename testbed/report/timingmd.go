@@ -1,0 +1,233 @@
+package report
+
+import (
+	"bytes"
+	"encoding/csv"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+)
+
+// loadsOf returns the loads of mode in tv.
+func (tv TimeView) loadsOf(mode string) []Load {
+	var out []Load
+	for _, l := range tv.Loads {
+		if l.Mode == mode {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func spreadOf(ls []Load, f func(Load) float64) Spread {
+	vs := make([]float64, len(ls))
+	for i, l := range ls {
+		vs[i] = f(l)
+	}
+	return NewSpread(vs)
+}
+
+// shares is the critical path's phases as shares of the summed PLT of ls.
+func shares(ls []Load) (out [NumPhases]float64) {
+	var total float64
+	for _, l := range ls {
+		for p := range NumPhases {
+			out[p] += l.Critical[p]
+		}
+		total += l.PLT
+	}
+	if total > 0 {
+		for p := range out {
+			out[p] /= total
+		}
+	}
+	return out
+}
+
+func shareCells(s [NumPhases]float64) string {
+	var b bytes.Buffer
+	for _, v := range s {
+		fmt.Fprintf(&b, " %.0f %% |", 100*v)
+	}
+	return b.String()
+}
+
+func phaseHeader() (string, string) {
+	var h, sep bytes.Buffer
+	for _, n := range PhaseNames {
+		fmt.Fprintf(&h, " %s |", n)
+		sep.WriteString("---:|")
+	}
+	return h.String(), sep.String()
+}
+
+// writeTimes prints where the loads' time went, from their HARs.
+func writeTimes(b *bytes.Buffer, v View, tv TimeView) {
+	if len(tv.Loads) == 0 && len(tv.Errors) == 0 {
+		return
+	}
+	rtt := v.Profile.RTTms
+	b.WriteString("### Where the time goes (a HAR per load)\n\n")
+	fmt.Fprintf(b, "From each load's HAR (`har/`, Chromium's own network events; loads that loaded, requests started before onload). "+
+		"Request bound: requests from the network / connections x RTT (%.0f ms): HTTP/1.1 carries one request per round trip per connection. "+
+		"Link bound: bytes*8/rate + %d RTT. Chain: the longest initiator chain (document = level 1, what it names 2, what those name 3, a redirect one more), "+
+		"in levels and in the round trips it needs at least (one per request, DNS lookup, TCP and TLS handshake on it). "+
+		"Queued: the requests' time blocked in the browser (HAR blocked: Chromium's schedulers and the wait for a connection under its 6-per-host limit), summed over requests. "+
+		"Critical path (WProf, NSDI 2013): from the request that ended last before onload back through its initiators to the document; "+
+		"PLT split into each request's own phases and browser time between them; shares of the summed PLT.\n\n", rtt, MinRoundTrips)
+	b.WriteString("Over all loads, medians over loads:\n\n")
+	b.WriteString("| mode | loads | PLT | link bound | request bound | requests / conns | chain levels | chain RTTs (x RTT) | in flight max / mean | queued per load | requests queued > 1 RTT |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, m := range v.Modes {
+		ls := tv.loadsOf(m)
+		if len(ls) == 0 {
+			continue
+		}
+		med := func(f func(Load) float64) float64 { return spreadOf(ls, f).Median }
+		fmt.Fprintf(b, "| %s | %d | %.2f s | %.2f s | %.2f s | %.0f / %.0f | %.0f | %.0f (%.2f s) | %.0f / %.1f | %.1f s | %.0f |\n", m, len(ls),
+			med(func(l Load) float64 { return l.PLT })/1000,
+			med(func(l Load) float64 { return Bound(float64(l.Bytes), v.Profile) })/1000,
+			med(func(l Load) float64 { return l.RequestBound })/1000,
+			med(func(l Load) float64 { return float64(l.Network) }), med(func(l Load) float64 { return float64(l.Conns) }),
+			med(func(l Load) float64 { return float64(l.Depth) }),
+			med(func(l Load) float64 { return float64(l.ChainRTTs) }), med(func(l Load) float64 { return float64(l.ChainRTTs) })*rtt/1000,
+			med(func(l Load) float64 { return float64(l.MaxInFlight) }), med(func(l Load) float64 { return l.MeanInFlight }),
+			med(func(l Load) float64 { return l.Queued })/1000,
+			med(func(l Load) float64 { return float64(l.QueuedRequests) }))
+	}
+	b.WriteString("\n")
+	h, sep := phaseHeader()
+	b.WriteString("Share of PLT along the critical path, over all loads:\n\n")
+	b.WriteString("| mode |" + h + "\n|---|" + sep + "\n")
+	for _, m := range v.Modes {
+		if ls := tv.loadsOf(m); len(ls) > 0 {
+			fmt.Fprintf(b, "| %s |%s\n", m, shareCells(shares(ls)))
+		}
+	}
+	b.WriteString("\n")
+
+	if pg := MedianPage(v); pg != "" {
+		fmt.Fprintf(b, "The median page (by direct's median PLT): **%s**; per mode its run with the median PLT:\n\n", pg)
+		b.WriteString("| mode | run | PLT | link bound | request bound | requests / conns | chain levels | chain RTTs | queued |" + h + "\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + sep + "\n")
+		for _, m := range v.Modes {
+			i := tv.MedianLoad(pg, m)
+			if i < 0 {
+				continue
+			}
+			l := tv.Loads[i]
+			fmt.Fprintf(b, "| %s | %d | %.2f s | %.2f s | %.2f s | %d / %d | %d | %d | %.1f s |%s\n", m, l.Run, l.PLT/1000, Bound(float64(l.Bytes), v.Profile)/1000,
+				l.RequestBound/1000, l.Network, l.Conns, l.Depth, l.ChainRTTs, l.Queued/1000, shareCells(shares([]Load{l})))
+		}
+		b.WriteString("\n")
+	}
+	writeSlower(b, v, tv)
+	if len(tv.Errors) > 0 {
+		fmt.Fprintf(b, "HAR files that could not be read (%d):\n\n", len(tv.Errors))
+		for i, e := range tv.Errors {
+			if i == 10 {
+				fmt.Fprintf(b, "- ... and %d more\n", len(tv.Errors)-10)
+				break
+			}
+			fmt.Fprintf(b, "- %s\n", e)
+		}
+		b.WriteString("\n")
+	}
+}
+
+// writeSlower lists, per mode, the pages whose median PLT is above
+// direct's, with the change of each critical-path phase between the two
+// median-run loads: where the extra time went.
+func writeSlower(b *bytes.Buffer, v View, tv TimeView) {
+	if _, ok := v.Totals["direct"]; !ok {
+		return
+	}
+	h, sep := phaseHeader()
+	wrote := false
+	for _, m := range v.Modes {
+		if m == "direct" {
+			continue
+		}
+		type row struct {
+			page string
+			d    Load
+			l    Load
+		}
+		var rows []row
+		for _, pg := range v.Pages {
+			a, d := v.Stats[[2]string{pg, m}], v.Stats[[2]string{pg, "direct"}]
+			if a.PLT.N == 0 || d.PLT.N == 0 || a.PLT.Median <= d.PLT.Median {
+				continue
+			}
+			i, j := tv.MedianLoad(pg, m), tv.MedianLoad(pg, "direct")
+			if i < 0 || j < 0 {
+				continue
+			}
+			rows = append(rows, row{pg, tv.Loads[j], tv.Loads[i]})
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		if !wrote {
+			b.WriteString("Pages slower than direct (median PLT over runs), and where the time went: the change of each critical-path phase between the median-run loads (s), and the phase that grew most:\n\n")
+			wrote = true
+		}
+		sort.SliceStable(rows, func(i, j int) bool { return rows[i].l.PLT-rows[i].d.PLT > rows[j].l.PLT-rows[j].d.PLT })
+		fmt.Fprintf(b, "%s, %d of %d pages:\n\n", m, len(rows), len(v.Pages))
+		b.WriteString("| page | PLT direct | PLT " + m + " | request bound direct / " + m + " |" + h + " most |\n")
+		b.WriteString("|---|---:|---:|---:|" + sep + "---|\n")
+		for _, r := range rows {
+			fmt.Fprintf(b, "| %s | %.2f s | %.2f s | %.2f / %.2f s |", r.page, r.d.PLT/1000, r.l.PLT/1000, r.d.RequestBound/1000, r.l.RequestBound/1000)
+			most, mostV := 0, 0.0
+			for p := range NumPhases {
+				d := r.l.Critical[p] - r.d.Critical[p]
+				fmt.Fprintf(b, " %+.2f |", d/1000)
+				if d > mostV {
+					most, mostV = int(p), d
+				}
+			}
+			name := "-"
+			if mostV > 0 {
+				name = PhaseNames[most]
+			}
+			fmt.Fprintf(b, " %s |\n", name)
+		}
+		b.WriteString("\n")
+	}
+}
+
+// WriteLoadsCSV writes one row per analysed load of tv into path: what
+// the report's HAR tables are computed from, for a reader's own cuts.
+func WriteLoadsCSV(path string, v View, tv TimeView) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	w := csv.NewWriter(f)
+	head := []string{"page", "mode", "run", "plt_ms", "bytes", "requests", "network_requests", "conns", "request_bound_ms", "link_bound_ms",
+		"queued_ms", "requests_queued_over_rtt", "max_in_flight", "mean_in_flight", "chain_levels", "chain_rtts"}
+	for _, n := range PhaseNames {
+		head = append(head, "critical_"+n+"_ms")
+	}
+	head = append(head, "har")
+	w.Write(head)
+	ff := func(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
+	for _, l := range tv.Loads {
+		row := []string{l.Page, l.Mode, strconv.Itoa(l.Run), ff(l.PLT), strconv.FormatInt(l.Bytes, 10), strconv.Itoa(l.Requests), strconv.Itoa(l.Network),
+			strconv.Itoa(l.Conns), ff(l.RequestBound), ff(Bound(float64(l.Bytes), v.Profile)), ff(l.Queued), strconv.Itoa(l.QueuedRequests),
+			strconv.Itoa(l.MaxInFlight), strconv.FormatFloat(l.MeanInFlight, 'f', 2, 64), strconv.Itoa(l.Depth), strconv.Itoa(l.ChainRTTs)}
+		for _, c := range l.Critical {
+			row = append(row, ff(c))
+		}
+		row = append(row, l.HAR)
+		w.Write(row)
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return fmt.Errorf("report: %s: %w", filepath.Base(path), err)
+	}
+	return f.Close()
+}
