@@ -67,7 +67,7 @@ func TestBitrateTxTime(t *testing.T) {
 func TestBuiltinProfiles(t *testing.T) {
 	names := Profiles()
 	want := []string{"2g", "3g", "4g", "edge", "fast", "h2a-rtt0-loss0", "h2a-rtt0-loss2", "h2a-rtt100-loss0",
-		"h2a-rtt100-loss2", "h2a-rtt300-loss0", "h2a-rtt300-loss2", "lighthouse-slow4g", "lte", "paper-average", "paper-congested"}
+		"h2a-rtt100-loss2", "h2a-rtt300-loss0", "h2a-rtt300-loss2", "lighthouse-slow4g", "lte", "origin-20ms", "paper-average", "paper-congested"}
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("Profiles() = %v, want %v", names, want)
 	}

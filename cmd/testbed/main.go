@@ -81,13 +81,14 @@ func cmdRun(args []string) error {
 	fs := flag.NewFlagSet("testbed run", flag.ExitOnError)
 	fs.StringVar(&c.Corpus, "corpus", c.Corpus, `"default" (embedded, the paper's three sites), a tp5n .tar.gz or directory, a .warc[.gz] or a directory of them`)
 	profiles := fs.String("profile", strings.Join(c.Profiles, ","), "netem profiles (names or files), comma-separated")
-	fs.StringVar(&c.Wired, "wired", "", "netem profile for the gw-core link (default: none)")
+	fs.StringVar(&c.Wired, "wired", c.Wired, `netem profile for the gw-core link: the origins' distance from the gateway; "none": 0 ms`)
 	modes := fs.String("modes", strings.Join(c.Modes, ","), "modes to compare: direct, off, dns, url, and those but direct with +opt (pepd's optimizer on)")
 	optimize := fs.String("optimize", "", "off, on or off,on: run every mode but direct without and/or with pepd's optimizer (adds the +opt modes)")
 	fs.IntVar(&c.Runs, "runs", c.Runs, "runs per mode (each a fresh browser and, unless -warm, a cold Squid)")
 	fs.StringVar(&c.Pages, "pages", "", `pages: "" (all), N (the first N) or a comma-separated list of names`)
 	fs.StringVar(&c.Out, "out", c.Out, "output folder")
-	fs.BoolVar(&c.Warm, "warm", false, "fill Squid's cache before every session (a discarded pass over the pages)")
+	cache := fs.String("cache", "", "cold, warm or cold,warm: run every mode but direct on a cold Squid and/or on one filled by a discarded pass over the pages (adds the +warm modes)")
+	warm := fs.Bool("warm", false, "the same as -cache warm")
 	resolver := fs.String("resolver", string(c.Resolver), "Chromium's resolver: builtin (AsyncDns) or system (getaddrinfo)")
 	fs.BoolVar(&c.HTTPSRR, "https-rr", false, "let Chromium ask for HTTPS records (type 65) beside A records")
 	fs.BoolVar(&c.Unpartitioned, "unpartitioned", false, "turn off Chromium's partitioning of connections and host cache by top-level site")
@@ -119,6 +120,18 @@ func cmdRun(args []string) error {
 	if *optimize != "" {
 		var err error
 		if c.Modes, err = run.WithOptimize(c.Modes, splitList(*optimize)); err != nil {
+			return err
+		}
+	}
+	if *warm {
+		if *cache != "" && *cache != "warm" {
+			return fmt.Errorf("run: -warm is -cache warm, but -cache is %q", *cache)
+		}
+		*cache = "warm"
+	}
+	if *cache != "" {
+		var err error
+		if c.Modes, err = run.WithCache(c.Modes, splitList(*cache)); err != nil {
 			return err
 		}
 	}
@@ -155,8 +168,8 @@ func cmdRun(args []string) error {
 	)).With("component", "testbed")
 	// The exact configuration comes first, on the terminal too.
 	fmt.Fprintf(os.Stderr, "testbed: %s\n", c.Command)
-	fmt.Fprintf(os.Stderr, "testbed: corpus=%s pages=%q profiles=%s wired=%q modes=%s runs=%d resolver=%s https-rr=%v unpartitioned=%v disable-features=%q warm=%v backend=%s page-timeout=%s settle=%s parallel=%d out=%s\n",
-		c.Corpus, c.Pages, strings.Join(c.Profiles, ","), c.Wired, strings.Join(c.Modes, ","), c.Runs, c.Resolver, c.HTTPSRR, c.Unpartitioned, strings.Join(c.DisableFeatures, ","), c.Warm,
+	fmt.Fprintf(os.Stderr, "testbed: corpus=%s pages=%q profiles=%s wired=%q modes=%s runs=%d resolver=%s https-rr=%v unpartitioned=%v disable-features=%q har=%v backend=%s page-timeout=%s settle=%s parallel=%d out=%s\n",
+		c.Corpus, c.Pages, strings.Join(c.Profiles, ","), c.Wired, strings.Join(c.Modes, ","), c.Runs, c.Resolver, c.HTTPSRR, c.Unpartitioned, strings.Join(c.DisableFeatures, ","), c.HAR,
 		c.Backend, c.PageTimeout, c.Settle, c.Parallel, c.Out)
 
 	if external {

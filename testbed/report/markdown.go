@@ -63,6 +63,11 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 	for _, p := range c.Profiles {
 		fmt.Fprintf(&b, "- profile %s: %s\n", p.Name, p.Exact)
 	}
+	if w := c.Wired; w != nil {
+		fmt.Fprintf(&b, "- origins at a distance: gw-core link %s, RTT %.0f ms (%s); source: %s\n", w.Name, w.RTTms, w.Exact, w.Source)
+	} else {
+		b.WriteString("- origins at a distance: none (gw-core link not emulated: origins 0 ms from the gateway)\n")
+	}
 	b.WriteString("\n")
 	if len(c.Import) > 0 {
 		b.WriteString("## Corpus import\n\n")
@@ -128,7 +133,8 @@ func writeFig5(b *bytes.Buffer, v View) {
 
 // writeSummary prints, first in a profile's section, every mode against
 // direct over all pages (View.Summarize), then each +opt mode against the
-// same mode without the optimizer: the figures a comparison is judged by,
+// same mode without the optimizer and each +warm mode against the same
+// mode on a cold cache: the figures a comparison is judged by,
 // with the pages slower than the reference by more than its spread.
 func writeSummary(b *bytes.Buffer, v View) {
 	var rows []Summary
@@ -140,10 +146,12 @@ func writeSummary(b *bytes.Buffer, v View) {
 			rows = append(rows, s)
 		}
 	}
-	for _, m := range v.Modes {
-		if base, ok := strings.CutSuffix(m, "+opt"); ok && slices.Contains(v.Modes, base) {
-			if s, ok := v.Summarize(m, base); ok {
-				rows = append(rows, s)
+	for _, suffix := range []string{"+opt", "+warm"} {
+		for _, m := range v.Modes {
+			if base, ok := strings.CutSuffix(m, suffix); ok && slices.Contains(v.Modes, base) {
+				if s, ok := v.Summarize(m, base); ok {
+					rows = append(rows, s)
+				}
 			}
 		}
 	}

@@ -23,6 +23,12 @@ var modeColors = map[string]color.RGBA{
 }
 
 func modeColor(m string) color.Color {
+	// A mode on a warm cache ("url+warm"): its cold mode's hue, lighter.
+	if cold, ok := strings.CutSuffix(m, "+warm"); ok {
+		r, g, b, _ := modeColor(cold).RGBA()
+		light := func(v uint32) uint8 { return uint8((v >> 8) + (255-(v>>8))/2) }
+		return color.RGBA{R: light(r), G: light(g), B: light(b), A: 0xff}
+	}
 	if c, ok := modeColors[m]; ok {
 		return c
 	}

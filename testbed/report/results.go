@@ -85,11 +85,12 @@ type Record struct {
 // ProfileInfo is what the report needs of a link profile.
 type ProfileInfo struct {
 	Name        string  `json:"name"`
-	RTTms       float64 `json:"rtt_ms"`        // propagation round trip, ms
-	DownKbit    float64 `json:"down_kbit"`     // gw -> mn rate, kbit/s (0: unlimited)
-	UpKbit      float64 `json:"up_kbit"`       // mn -> gw rate, kbit/s (0: unlimited)
-	Description string  `json:"description"`   // one line from the profile file
-	Exact       string  `json:"configuration"` // the profile's exact configuration, one line
+	RTTms       float64 `json:"rtt_ms"`           // propagation round trip, ms
+	DownKbit    float64 `json:"down_kbit"`        // gw -> mn rate, kbit/s (0: unlimited)
+	UpKbit      float64 `json:"up_kbit"`          // mn -> gw rate, kbit/s (0: unlimited)
+	Description string  `json:"description"`      // one line from the profile file
+	Exact       string  `json:"configuration"`    // the profile's exact configuration, one line
+	Source      string  `json:"source,omitempty"` // where the profile's figures come from
 }
 
 // RunConfig is the configuration of a testbed run, logged first and kept in
@@ -98,10 +99,14 @@ type RunConfig struct {
 	Corpus   string        `json:"corpus"`
 	Pages    []string      `json:"pages"`
 	Profiles []ProfileInfo `json:"profiles"`
-	Modes    []string      `json:"modes"`
-	Runs     int           `json:"runs"`
-	Resolver string        `json:"resolver"`
-	HTTPSRR  bool          `json:"https_rr"` // Chromium also asked for HTTPS records (type 65)
+	// Wired is the gw-core link's profile: the origins' distance from
+	// the gateway (nil: none, origins 0 ms away; also in results from
+	// before it).
+	Wired    *ProfileInfo `json:"wired,omitempty"`
+	Modes    []string     `json:"modes"`
+	Runs     int          `json:"runs"`
+	Resolver string       `json:"resolver"`
+	HTTPSRR  bool         `json:"https_rr"` // Chromium also asked for HTTPS records (type 65)
 	// Unpartitioned: Chromium's connections and host cache were not
 	// partitioned by top-level site (they are by default).
 	Unpartitioned bool `json:"unpartitioned"`

@@ -21,11 +21,50 @@ var Modes = []string{"direct", "off", "dns", "url"}
 // OptSuffix marks a mode run with the optimizer on.
 const OptSuffix = "+opt"
 
+// WarmSuffix marks a mode whose sessions find Squid's cache filled by a
+// discarded pass over the pages in the same mode ("url+opt+warm"); it
+// comes last.
+const WarmSuffix = "+warm"
+
 // SplitMode returns the pepd mode of a testbed mode and whether the
-// optimizer is on: "url+opt" is ("url", true).
+// optimizer is on: "url+opt" and "url+opt+warm" are ("url", true).
 func SplitMode(m string) (base string, opt bool) {
-	base, opt = strings.CutSuffix(m, OptSuffix)
+	base, opt = strings.CutSuffix(strings.TrimSuffix(m, WarmSuffix), OptSuffix)
 	return base, opt
+}
+
+// IsWarm reports whether mode m runs on a warm cache (WarmSuffix).
+func IsWarm(m string) bool { return strings.HasSuffix(m, WarmSuffix) }
+
+// WithCache expands modes for -cache: "cold" keeps each mode as it is,
+// "warm" adds its +warm variant (direct has none: no cache), "cold,warm"
+// both, in that order per mode.
+func WithCache(modes []string, cache []string) ([]string, error) {
+	var cold, warm bool
+	for _, c := range cache {
+		switch c {
+		case "cold":
+			cold = true
+		case "warm":
+			warm = true
+		default:
+			return nil, fmt.Errorf("run: -cache: %q is not cold or warm", c)
+		}
+	}
+	var out []string
+	for _, m := range modes {
+		if IsWarm(m) || !NeedsPEP(m) {
+			out = append(out, m)
+			continue
+		}
+		if cold {
+			out = append(out, m)
+		}
+		if warm {
+			out = append(out, m+WarmSuffix)
+		}
+	}
+	return out, nil
 }
 
 // WithOptimize expands modes for -optimize: "off" keeps each mode as it
@@ -71,8 +110,10 @@ type Config struct {
 	Pages string
 	// Profiles are netem profile names or files, emulated on the radio link.
 	Profiles []string
-	// Wired is a netem profile for the link between gw and core; "" means
-	// no emulation there (a plain veth pair).
+	// Wired is a netem profile for the link between gw and core: the
+	// origins' distance from the gateway; "" or "none" means no emulation
+	// there (a plain veth pair, origins 0 ms away). Default:
+	// DefaultWired.
 	Wired string
 	// Modes to compare, each of Modes.
 	Modes []string
@@ -83,7 +124,8 @@ type Config struct {
 	// Warm fills Squid's cache before every session: Squid restarts
 	// empty, then a browser whose figures are dropped loads every page in
 	// the session's mode. Without it the cache is empty at the start of
-	// every (mode, run) session.
+	// every (mode, run) session, except for the modes with WarmSuffix
+	// (WithCache), which are warm whatever Warm says.
 	Warm bool
 	// Resolver is Chromium's resolver (browser.Resolver).
 	Resolver browser.Resolver
@@ -141,11 +183,16 @@ type Config struct {
 	Command string
 }
 
+// DefaultWired is the gw-core link's default profile (netem's built-in
+// profile of that name): the origins at a distance from the gateway
+// (testbed/README.md, "Origins at a distance").
+const DefaultWired = "origin-20ms"
+
 // Default returns the default experiment: the embedded corpus under the
 // seed paper's two cells, four modes, three runs.
 func Default() Config {
 	return Config{
-		Corpus: "default", Profiles: []string{"paper-average", "paper-congested"},
+		Corpus: "default", Profiles: []string{"paper-average", "paper-congested"}, Wired: DefaultWired,
 		Modes: slices.Clone(Modes), Runs: 3, Out: "testbed-out", Resolver: browser.ResolverBuiltin,
 		PageTimeout: 3 * time.Minute, Settle: 500 * time.Millisecond, SettleMax: 10 * time.Second, Backend: "auto", Parallel: 1,
 	}
@@ -177,8 +224,8 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	for _, m := range c.Modes {
 		base, opt := SplitMode(m)
-		if !slices.Contains(Modes, base) || opt && base == "direct" {
-			return fmt.Errorf("run: modes: %q is not one of %s, nor one of them but direct with %s", m, strings.Join(Modes, ", "), OptSuffix)
+		if !slices.Contains(Modes, base) || (opt || IsWarm(m)) && base == "direct" {
+			return fmt.Errorf("run: modes: %q is not one of %s, nor one of them but direct with %s and/or %s", m, strings.Join(Modes, ", "), OptSuffix, WarmSuffix)
 		}
 		if seen[m] {
 			return fmt.Errorf("run: modes: %q given twice", m)

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -92,6 +93,14 @@ func RunExternal(ctx context.Context, c Config, x External, log *slog.Logger, pr
 	}
 	if first.Profile != prof.Name {
 		return nil, fmt.Errorf("run: external topology: the link emulator runs profile %q, not %q", first.Profile, prof.Name)
+	}
+	// -cache warm (-warm) keeps the gateway's cache between sessions; a
+	// mix of cold and warm modes cannot be had here (no discarded pass).
+	if slices.ContainsFunc(c.Modes, IsWarm) {
+		if slices.ContainsFunc(c.Modes, func(m string) bool { return NeedsPEP(m) && !IsWarm(m) }) {
+			return nil, fmt.Errorf("run: external topology: cold and %s modes in one run are not supported; use -cache warm (-warm) alone", WarmSuffix)
+		}
+		c.Warm = true
 	}
 	gw := &gateway{admin: strings.TrimRight(x.GWAdmin, "/"), hook: x.Hook, timeout: x.HookTimeout, log: log,
 		client: &http.Client{Timeout: 5 * time.Second}}

@@ -67,7 +67,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		profs = append(profs, p)
 	}
 	var wired *netem.Profile
-	if c.Wired != "" {
+	if c.Wired != "" && c.Wired != "none" {
 		w, err := netem.LoadProfile(c.Wired)
 		if err != nil {
 			return nil, err
@@ -85,8 +85,15 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		OriginCompress: string(originCompress(c.OriginCompress)),
 		ModeOrder:      "rotated: run r's sessions start with mode (r-1) mod the number of modes",
 	}}
+	warmFill := "Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session"
 	if c.Warm {
-		res.Config.SquidCache = "warm: Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session"
+		res.Config.SquidCache = "warm: " + warmFill
+	} else if slices.ContainsFunc(c.Modes, IsWarm) {
+		res.Config.SquidCache = "cold in modes without " + WarmSuffix + ": Squid restarted on an empty cache folder before every (mode, run) session; warm in the " + WarmSuffix + " modes: " + warmFill
+	}
+	if wired != nil {
+		res.Config.Wired = &report.ProfileInfo{Name: wired.Name, RTTms: ms(wired.RTT()), DownKbit: float64(wired.Down.Rate) / 1000, UpKbit: float64(wired.Up.Rate) / 1000,
+			Description: wired.Description, Exact: wired.String(), Source: wired.Source}
 	}
 	for _, p := range corp.Pages {
 		res.Config.Pages = append(res.Config.Pages, p.Name)
@@ -253,11 +260,12 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 		DisableFeatures: c.DisableFeatures, ProfileDir: bed.work, Log: bed.log.With("mode", m, "run", run),
 	}
 
+	warm := NeedsPEP(m) && (c.Warm || IsWarm(m))
 	if NeedsPEP(m) {
 		if err := bed.ColdCache(ctx); err != nil {
 			return nil, "", err
 		}
-		if c.Warm {
+		if warm {
 			if err := warmUp(ctx, bopts, corp); err != nil {
 				return nil, "", err
 			}
@@ -289,7 +297,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 			BrowserConns: p.Conns, BrowserVIPConns: p.ConnsByIP[vip.String()], BrowserConnsReused: p.ConnsReused,
 			SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries),
 			LinkUpBytes: int64(lc.Up.Bytes), LinkDnBytes: int64(lc.Down.Bytes), LinkDrops: int(lc.Up.Drops + lc.Down.Drops),
-			Origin404: int(st.Misses), Resolver: string(c.Resolver), Warm: c.Warm, WallMs: ms(p.Wall),
+			Origin404: int(st.Misses), Resolver: string(c.Resolver), Warm: warm, WallMs: ms(p.Wall),
 			ConnsByDst: map[string]int{},
 		}
 		if r.HAR, err = saveHAR(c.Out, bed.Profile.Name, run, m, seq, pg.Name, p); err != nil {

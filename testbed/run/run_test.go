@@ -25,8 +25,11 @@ func TestValidate(t *testing.T) {
 		want string
 	}{
 		{"default", func(*Config) {}, ""},
-		{"unknown mode", func(c *Config) { c.Modes = []string{"direct", "fast"} }, `run: modes: "fast" is not one of direct, off, dns, url, nor one of them but direct with +opt`},
-		{"direct has no optimizer", func(c *Config) { c.Modes = []string{"direct+opt"} }, `run: modes: "direct+opt" is not one of direct, off, dns, url, nor one of them but direct with +opt`},
+		{"unknown mode", func(c *Config) { c.Modes = []string{"direct", "fast"} }, `run: modes: "fast" is not one of direct, off, dns, url, nor one of them but direct with +opt and/or +warm`},
+		{"direct has no optimizer", func(c *Config) { c.Modes = []string{"direct+opt"} }, `run: modes: "direct+opt" is not one of direct, off, dns, url, nor one of them but direct with +opt and/or +warm`},
+		{"direct has no cache", func(c *Config) { c.Modes = []string{"direct+warm"} }, `run: modes: "direct+warm" is not one of direct, off, dns, url, nor one of them but direct with +opt and/or +warm`},
+		{"warm comes last", func(c *Config) { c.Modes = []string{"url+warm+opt"} }, `run: modes: "url+warm+opt" is not one of direct, off, dns, url, nor one of them but direct with +opt and/or +warm`},
+		{"warm optimizer", func(c *Config) { c.Modes = []string{"direct", "url+opt", "url+opt+warm"} }, ""},
 		{"mode twice", func(c *Config) { c.Modes = []string{"url", "url"} }, `run: modes: "url" given twice`},
 		{"no runs", func(c *Config) { c.Runs = 0 }, "run: runs: 0, want at least 1"},
 		{"no profile", func(c *Config) { c.Profiles = nil }, "run: profile: none given"},
@@ -44,6 +47,31 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Validate() = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestWithCache(t *testing.T) {
+	got, err := WithCache([]string{"direct", "url", "url+opt"}, []string{"cold", "warm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"direct", "url", "url+warm", "url+opt", "url+opt+warm"}; !slices.Equal(got, want) {
+		t.Errorf("WithCache(cold,warm) = %v, want %v", got, want)
+	}
+	if got, _ := WithCache([]string{"direct", "off"}, []string{"warm"}); !slices.Equal(got, []string{"direct", "off+warm"}) {
+		t.Errorf("WithCache(warm) = %v, want [direct off+warm]", got)
+	}
+	if _, err := WithCache([]string{"url"}, []string{"hot"}); err == nil || err.Error() != `run: -cache: "hot" is not cold or warm` {
+		t.Errorf("WithCache(hot) error = %v", err)
+	}
+	for m, want := range map[string][2]any{"url+opt+warm": {"url", true}, "dns+warm": {"dns", false}, "off": {"off", false}} {
+		base, opt := SplitMode(m)
+		if base != want[0] || opt != want[1] {
+			t.Errorf("SplitMode(%q) = %q, %v; want %v", m, base, opt, want)
+		}
+	}
+	if !IsWarm("url+opt+warm") || IsWarm("url+opt") {
+		t.Error("IsWarm wrong")
 	}
 }
 
