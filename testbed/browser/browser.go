@@ -99,6 +99,11 @@ type Options struct {
 	// profile's path on its command line, so a run-unique ProfileDir makes
 	// its processes easy to find.
 	ProfileDir string
+	// Stock runs Chromium with its own defaults for everything that
+	// changes how a page loads (Changes: HTTPS upgrades, QUIC, HTTPS
+	// records, the resolver and network service defaults); Resolver and
+	// HTTPSRR are then not applied.
+	Stock bool
 	// HAR makes Load return the page's HAR (Page.HAR: package har, built
 	// from the tab's DevTools network events).
 	HAR bool
@@ -113,54 +118,150 @@ type Options struct {
 // None of them is a host of a tp5n page.
 var ServiceHosts = []string{"update.googleapis.com", "clients2.google.com", "accounts.google.com", "redirector.gvt1.com", "edgedl.me.gvt1.com"}
 
-// Flags returns the Chromium command-line flags of a session with opts, in
-// order, without the ones chromedp adds (pipe, user data dir, about:blank).
-// They keep Chromium quiet (no background networking, component updates,
-// sync, QUIC, HTTPS upgrades), select the resolver and whether it asks
-// for HTTPS records.
-func Flags(opts Options) []string {
-	disable := []string{"HttpsUpgrades", "Translate", "MediaRouter", "OptimizationHints",
-		"DialMediaRouteProvider", "AutofillServerCommunication", "CertificateTransparencyComponentUpdater",
-		"InterestFeedContentSuggestions", "PrivacySandboxSettings4", "NetworkTimeServiceQuerying"}
-	enable := []string{"NetworkService", "NetworkServiceInProcess"}
+// Change is one way a session's Chromium departs from stock Chromium: a
+// command-line switch (Flag, e.g. "--disable-quic") or a feature (Feature,
+// e.g. "HttpsUpgrades") turned on or off (On), and why. Stock changes are
+// kept by a session with Options.Stock too: they quiet the browser's own
+// traffic, fit it to the testbed's machine or stand in for what the
+// testbed lacks (a real CA), and change nothing in how a page loads.
+type Change struct {
+	Flag    string
+	Feature string
+	On      bool
+	Why     string
+	Stock   bool
+}
+
+// String is the change as a reader names it: the flag, or "feature F on"
+// or "off".
+func (c Change) String() string {
+	if c.Feature == "" {
+		return c.Flag
+	}
+	if c.On {
+		return "feature " + c.Feature + " on"
+	}
+	return "feature " + c.Feature + " off"
+}
+
+const (
+	whyQuiet  = "Chromium's own background traffic (updates, sync, reporting, field trials): not page traffic, and with no Internet in the testbed it only fails"
+	whyHost   = "runs as root, headless, without a display, GPU or keychain in a network namespace"
+	whyTab    = "every page is loaded in a new tab of a headless browser, which Chromium would otherwise treat as hidden and throttle"
+	whyPageUI = "no dialogs or first-run pages in a measured session"
+)
+
+// staticChanges are the changes of every session, in Flags order.
+var staticChanges = []Change{
+	{Flag: "--headless", Why: whyHost, Stock: true},
+	{Flag: "--no-sandbox", Why: whyHost, Stock: true},
+	{Flag: "--disable-gpu", Why: whyHost, Stock: true},
+	{Flag: "--disable-quic", Why: "the replay origin and pepd speak TCP only (pepd intercepts TCP 80/443, not UDP 443); stock Chromium uses QUIC only after an Alt-Svc h3 from the server, which the replay origin never sends, so stock loads here stay on TCP too"},
+	{Flag: "--no-first-run", Why: whyPageUI, Stock: true},
+	{Flag: "--no-default-browser-check", Why: whyPageUI, Stock: true},
+	{Flag: "--disable-background-networking", Why: whyQuiet, Stock: true},
+	{Flag: "--disable-component-update", Why: whyQuiet, Stock: true},
+	{Flag: "--disable-sync", Why: whyQuiet, Stock: true},
+	{Flag: "--disable-default-apps", Why: whyQuiet, Stock: true},
+	{Flag: "--disable-extensions", Why: whyQuiet, Stock: true},
+	{Flag: "--disable-breakpad", Why: whyQuiet, Stock: true},
+	{Flag: "--disable-domain-reliability", Why: whyQuiet, Stock: true},
+	{Flag: "--disable-client-side-phishing-detection", Why: whyQuiet, Stock: true},
+	{Flag: "--no-pings", Why: "hyperlink auditing pings: none are sent during a page load without clicks", Stock: true},
+	{Flag: "--metrics-recording-only", Why: whyQuiet, Stock: true},
+	{Flag: "--safebrowsing-disable-auto-update", Why: whyQuiet, Stock: true},
+	{Flag: "--disable-dev-shm-usage", Why: whyHost, Stock: true},
+	{Flag: "--disable-background-timer-throttling", Why: whyTab, Stock: true},
+	{Flag: "--disable-renderer-backgrounding", Why: whyTab, Stock: true},
+	{Flag: "--disable-backgrounding-occluded-windows", Why: whyTab, Stock: true},
+	{Flag: "--disable-hang-monitor", Why: whyPageUI, Stock: true},
+	{Flag: "--disable-popup-blocking", Why: whyPageUI, Stock: true},
+	{Flag: "--password-store=basic", Why: whyHost, Stock: true},
+	{Flag: "--use-mock-keychain", Why: whyHost, Stock: true},
+	{Flag: "--mute-audio", Why: whyHost, Stock: true},
+	{Flag: "--hide-scrollbars", Why: "no scrollbars in headless rendering; no effect on loading", Stock: true},
+	{Feature: "NetworkService", On: true, Why: "on by default; named so that the feature list is explicit"},
+	{Feature: "NetworkServiceInProcess", On: true, Why: "the network stack runs in the browser process (one process whose network namespace is the phone's); stock runs it in a utility process"},
+	{Feature: "HttpsUpgrades", Why: "stock Chromium tries https:// first for every http:// navigation and falls back to http:// when that fails; the replay origin serves every host over TLS too (test CA, h2), so with the upgrade the pages load over https, where pepd can only splice (url mode rewrites nothing): the testbed measures the paper's http:// pages"},
+	{Feature: "Translate", Why: whyQuiet, Stock: true},
+	{Feature: "MediaRouter", Why: whyQuiet, Stock: true},
+	{Feature: "OptimizationHints", Why: whyQuiet, Stock: true},
+	{Feature: "DialMediaRouteProvider", Why: whyQuiet, Stock: true},
+	{Feature: "AutofillServerCommunication", Why: whyQuiet, Stock: true},
+	{Feature: "CertificateTransparencyComponentUpdater", Why: whyQuiet, Stock: true},
+	{Feature: "InterestFeedContentSuggestions", Why: whyQuiet, Stock: true},
+	{Feature: "PrivacySandboxSettings4", Why: whyQuiet, Stock: true},
+	{Feature: "NetworkTimeServiceQuerying", Why: whyQuiet, Stock: true},
+}
+
+// Changes returns every change of a session with opts from stock
+// Chromium, in the order Flags writes them; with opts.Stock only the
+// changes marked Stock (and the test CA's) remain.
+func Changes(opts Options) []Change {
+	cs := append([]Change(nil), staticChanges...)
 	if opts.Resolver == ResolverSystem {
-		disable = append(disable, "AsyncDns")
+		cs = append(cs, Change{Feature: "AsyncDns", Why: "-resolver system: the system's getaddrinfo, whose answers Chromium caches 60 s whatever the TTL"})
 	} else {
-		enable = append(enable, "AsyncDns")
+		cs = append(cs, Change{Feature: "AsyncDns", On: true, Why: "-resolver builtin: Chromium's own resolver, which honours TTLs; stated, not left to the platform's default"})
 	}
 	if opts.Unpartitioned {
-		disable = append(disable, "PartitionConnectionsByNetworkIsolationKey", "SplitHostCacheByNetworkAnonymizationKey")
+		why := "-unpartitioned: connections and host cache shared across top-level sites, as in the seed paper's 2004 browser"
+		cs = append(cs, Change{Feature: "PartitionConnectionsByNetworkIsolationKey", Why: why, Stock: true}, Change{Feature: "SplitHostCacheByNetworkAnonymizationKey", Why: why, Stock: true})
 	}
-	disable = append(disable, opts.DisableFeatures...)
+	for _, f := range opts.DisableFeatures {
+		cs = append(cs, Change{Feature: f, Why: "-disable-features", Stock: true})
+	}
 	if opts.HTTPSRR {
-		enable = append(enable, "UseDnsHttpsSvcb")
+		cs = append(cs, Change{Feature: "UseDnsHttpsSvcb", On: true, Why: "-https-rr: HTTPS records (type 65) asked beside A records, as stock Chromium does"})
 	} else {
-		disable = append(disable, "UseDnsHttpsSvcb")
+		cs = append(cs, Change{Feature: "UseDnsHttpsSvcb", Why: "one DNS query crosses the link per name, as the seed paper counted; stock Chromium also asks for HTTPS records (a second query per name)"})
 	}
-	f := []string{
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--no-default-browser-check", "--disable-background-networking", "--disable-component-update",
-		"--disable-sync", "--disable-default-apps", "--disable-extensions", "--disable-breakpad",
-		"--disable-domain-reliability", "--disable-client-side-phishing-detection", "--no-pings",
-		"--metrics-recording-only", "--safebrowsing-disable-auto-update", "--disable-dev-shm-usage",
-		"--disable-background-timer-throttling", "--disable-renderer-backgrounding",
-		"--disable-backgrounding-occluded-windows", "--disable-hang-monitor", "--disable-popup-blocking",
-		"--password-store=basic", "--use-mock-keychain", "--mute-audio", "--hide-scrollbars",
-		"--enable-features=" + strings.Join(enable, ","),
-		"--disable-features=" + strings.Join(disable, ","),
-	}
-	// Chromium's own services, which it contacts at start whatever the
-	// flags above say, fail at once without a DNS query, so that their
-	// lookups do not count as the first page's traffic.
 	var rules []string
 	for _, h := range ServiceHosts {
 		rules = append(rules, "MAP "+h+" ~NOTFOUND")
 	}
-	f = append(f, "--host-resolver-rules="+strings.Join(rules, ", "))
+	cs = append(cs, Change{Flag: "--host-resolver-rules=" + strings.Join(rules, ", "), Why: "Chromium's own service hosts, looked up at start whatever the flags above say, fail at once without a DNS query, so that their lookups do not count as the first page's traffic", Stock: true})
 	if opts.IgnoreCertErrors {
-		f = append(f, "--ignore-certificate-errors")
+		cs = append(cs, Change{Flag: "--ignore-certificate-errors", Why: "the replay origin's test CA stands in for the real sites' certificates", Stock: true})
 	}
-	return f
+	if !opts.Stock {
+		return cs
+	}
+	var out []Change
+	for _, c := range cs {
+		if c.Stock {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Flags returns the Chromium command-line flags of a session with opts, in
+// order, without the ones chromedp adds (pipe, user data dir, about:blank):
+// the switches of Changes(opts), then --enable-features and
+// --disable-features with the features turned on and off, then the rest
+// (host resolver rules, certificate errors).
+func Flags(opts Options) []string {
+	var f, enable, disable, tail []string
+	for _, c := range Changes(opts) {
+		switch {
+		case c.Feature != "" && c.On:
+			enable = append(enable, c.Feature)
+		case c.Feature != "":
+			disable = append(disable, c.Feature)
+		case strings.HasPrefix(c.Flag, "--host-resolver-rules=") || c.Flag == "--ignore-certificate-errors":
+			tail = append(tail, c.Flag)
+		default:
+			f = append(f, c.Flag)
+		}
+	}
+	if len(enable) > 0 {
+		f = append(f, "--enable-features="+strings.Join(enable, ","))
+	}
+	if len(disable) > 0 {
+		f = append(f, "--disable-features="+strings.Join(disable, ","))
+	}
+	return append(f, tail...)
 }
 
 // Session is one browser with a fresh profile. Load pages one at a time;

@@ -125,6 +125,25 @@ func TestFlags(t *testing.T) {
 	if !strings.Contains(rr, "--host-resolver-rules=MAP update.googleapis.com ~NOTFOUND") {
 		t.Errorf("flags do not map Chromium's service hosts away: %s", rr)
 	}
+	// Stock: Chromium's own defaults for whatever changes a page load;
+	// the quieting and environment flags stay, and explicit requests.
+	stock := strings.Join(Flags(Options{Stock: true, IgnoreCertErrors: true, DisableFeatures: []string{"HappyEyeballsV3"}}), " ")
+	for _, not := range []string{"HttpsUpgrades", "--disable-quic", "AsyncDns", "UseDnsHttpsSvcb", "NetworkServiceInProcess", "--enable-features"} {
+		if strings.Contains(stock, not) {
+			t.Errorf("stock flags have %q: %s", not, stock)
+		}
+	}
+	for _, want := range []string{"--headless", "--disable-background-networking", "--ignore-certificate-errors", "--host-resolver-rules=", "--disable-features=Translate,", ",HappyEyeballsV3"} {
+		if !strings.Contains(stock, want) {
+			t.Errorf("stock flags lack %q: %s", want, stock)
+		}
+	}
+	// Every change says why.
+	for _, c := range Changes(Options{HTTPSRR: true, Unpartitioned: true, IgnoreCertErrors: true}) {
+		if c.Why == "" || c.String() == "" {
+			t.Errorf("change %+v: no reason or name", c)
+		}
+	}
 }
 
 func TestParseResolver(t *testing.T) {

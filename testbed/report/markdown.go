@@ -69,6 +69,7 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 		b.WriteString("- origins at a distance: none (gw-core link not emulated: origins 0 ms from the gateway)\n")
 	}
 	b.WriteString("\n")
+	writeChromium(&b, c)
 	if len(c.Import) > 0 {
 		b.WriteString("## Corpus import\n\n")
 		for _, l := range c.Import {
@@ -100,6 +101,50 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 		}
 	}
 	return b.Bytes()
+}
+
+// writeChromium lists every default of stock Chromium the run's browser
+// changed, and why; for a run with the testbed's defaults, also which of
+// them -stock-chromium gives back.
+func writeChromium(b *bytes.Buffer, c RunConfig) {
+	if len(c.ChromiumChanges) == 0 {
+		return
+	}
+	b.WriteString("## Chromium against stock Chromium\n\n")
+	if c.StockChromium {
+		b.WriteString("This run used stock Chromium's defaults for everything that changes how a page loads (`-stock-chromium`: HTTPS upgrades, QUIC, HTTPS records and the resolver at their defaults). What it still changes, none of which touches a page load:\n\n")
+	} else {
+		b.WriteString("Every default of stock Chromium this run's browser changed, and why. `-stock-chromium` gives back the ones marked \"no\" in the last column (a campaign with it shows what a stock browser pays).\n\n")
+	}
+	b.WriteString("| change | why | kept with -stock-chromium |\n|---|---|---|\n")
+	// One row per reason: the quieting flags share theirs.
+	type row struct {
+		what []string
+		why  string
+		kept bool
+	}
+	var rows []*row
+	for _, ch := range c.ChromiumChanges {
+		var r *row
+		for _, x := range rows {
+			if x.why == ch.Why && x.kept == ch.KeptInStock {
+				r = x
+			}
+		}
+		if r == nil {
+			r = &row{why: ch.Why, kept: ch.KeptInStock}
+			rows = append(rows, r)
+		}
+		r.what = append(r.what, "`"+ch.What+"`")
+	}
+	for _, r := range rows {
+		kept := "no"
+		if r.kept {
+			kept = "yes"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", strings.Join(r.what, ", "), r.why, kept)
+	}
+	b.WriteString("\n")
 }
 
 func kbitString(k float64) string {

@@ -99,6 +99,12 @@ type RunConfig struct {
 	Corpus   string        `json:"corpus"`
 	Pages    []string      `json:"pages"`
 	Profiles []ProfileInfo `json:"profiles"`
+	// StockChromium: the browser ran with stock Chromium's defaults for
+	// everything that changes how a page loads (-stock-chromium).
+	StockChromium bool `json:"stock_chromium,omitempty"`
+	// ChromiumChanges are the browser's departures from stock Chromium
+	// in the run, each with its reason (testbed/browser Changes).
+	ChromiumChanges []ChromiumChange `json:"chromium_changes,omitempty"`
 	// Wired is the gw-core link's profile: the origins' distance from
 	// the gateway (nil: none, origins 0 ms away; also in results from
 	// before it).
@@ -147,6 +153,15 @@ type RunConfig struct {
 	// each: what the run replayed, records skipped and repaired, and per
 	// page the http (rewritable) and https (spliced) objects.
 	Import []string `json:"import,omitempty"`
+}
+
+// ChromiumChange is one departure of the testbed's Chromium from stock
+// Chromium: a flag or "feature F on/off", why, and whether a
+// -stock-chromium run keeps it (it does not change how a page loads).
+type ChromiumChange struct {
+	What        string `json:"what"`
+	Why         string `json:"why"`
+	KeptInStock bool   `json:"kept_in_stock"`
 }
 
 // Results is the content of results.json.

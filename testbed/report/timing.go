@@ -4,6 +4,7 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"pep/testbed/har"
 )
@@ -73,6 +74,18 @@ type Load struct {
 	Critical [NumPhases]float64
 	// CriticalPath is the path's entries, document first.
 	CriticalPath []int
+	// The navigation (Document entries from the first one through its
+	// redirects, and a fallback after a failed hop): Upgraded, the
+	// browser turned the http:// navigation into https:// (an internal
+	// redirect to the same URL with https, Chromium's HttpsUpgrades);
+	// DocHTTPS, the final document came over https; Fallback, an https
+	// hop failed and the browser loaded http:// instead; DocDelay, ms from
+	// the first document request's start to the final one's (what the
+	// hops and a failed attempt cost); DocTLS, the final document's TLS
+	// handshake in ms (0: none); HTTPSShare, the share of requests from
+	// the network over https.
+	Upgraded, DocHTTPS, Fallback bool
+	DocDelay, DocTLS, HTTPSShare float64
 }
 
 // Analyze reads one load's HAR. rtt is the link's round trip (ms).
@@ -202,9 +215,53 @@ func Analyze(h *har.HAR, rtt float64) Load {
 		}
 	}
 	l.Critical[PhaseBrowser] += max(c, 0)
+	l.navigation(es, root)
 	// Indexes into the HAR's own entry order (es is a sorted subset).
 	l.Chain, l.CriticalPath = indexesIn(h, es, l.Chain), indexesIn(h, es, l.CriticalPath)
 	return l
+}
+
+// navigation fills the navigation's fields of l (Load) from es, whose
+// document is es[root].
+func (l *Load) navigation(es []har.Entry, root int) {
+	var https, network int
+	for _, e := range es {
+		if e.FromCache == "" && e.Response.Status > 0 {
+			network++
+			if strings.HasPrefix(e.Request.URL, "https:") {
+				https++
+			}
+		}
+	}
+	if network > 0 {
+		l.HTTPSShare = float64(https) / float64(network)
+	}
+	if root < 0 {
+		return
+	}
+	final := root
+	for i := root + 1; i < len(es); i++ {
+		e := es[i]
+		if e.ResourceType != "Document" {
+			continue
+		}
+		prev := es[final]
+		switch {
+		case e.Initiator.Type == "redirect" && e.Initiator.URL == prev.Request.URL:
+			if strings.HasPrefix(prev.Request.URL, "http:") && e.Request.URL == "https:"+strings.TrimPrefix(prev.Request.URL, "http:") {
+				l.Upgraded = true
+			}
+			final = i
+		case prev.Error != "" && strings.HasPrefix(prev.Request.URL, "https:") && strings.HasPrefix(e.Request.URL, "http:") &&
+			strings.TrimPrefix(e.Request.URL, "http:") == strings.TrimPrefix(prev.Request.URL, "https:"):
+			l.Fallback = true
+			final = i
+		}
+	}
+	f := es[final]
+	l.DocHTTPS = strings.HasPrefix(f.Request.URL, "https:") && f.Error == ""
+	l.DocDelay = f.Start - es[root].Start
+	l.DocTLS = max(f.Timings.SSL, 0)
 }
 
 // pathTo is the chain of parents ending at i, root first.

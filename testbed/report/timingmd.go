@@ -124,6 +124,7 @@ func writeTimes(b *bytes.Buffer, v View, tv TimeView) {
 		b.WriteString("\n")
 	}
 	writeSlower(b, v, tv)
+	writeUpgrades(b, v, tv)
 	if len(tv.Errors) > 0 {
 		fmt.Fprintf(b, "HAR files that could not be read (%d):\n\n", len(tv.Errors))
 		for i, e := range tv.Errors {
@@ -198,6 +199,47 @@ func writeSlower(b *bytes.Buffer, v View, tv TimeView) {
 	}
 }
 
+// writeUpgrades prints, when any navigation was upgraded to https or came
+// over https, what it cost per mode: Chromium's HttpsUpgrades (on in stock
+// Chromium) turns an http:// navigation into https:// and falls back to
+// http:// when that fails.
+func writeUpgrades(b *bytes.Buffer, v View, tv TimeView) {
+	any := false
+	for _, l := range tv.Loads {
+		any = any || l.Upgraded || l.DocHTTPS || l.Fallback
+	}
+	if !any {
+		return
+	}
+	b.WriteString("Navigations upgraded to https (Chromium's HttpsUpgrades, on in stock Chromium: an http:// navigation is tried as https:// first, and loaded over http:// if that fails). ")
+	b.WriteString("Cost of the attempt per navigation: the time from the first document request to the final one (the internal redirect, or the failed https attempt), and the final document's TLS handshake; medians over loads. ")
+	b.WriteString("A page that loads over https passes through pepd spliced (TLS is never decrypted): url mode rewrites nothing on it.\n\n")
+	b.WriteString("| mode | loads | upgraded | document over https | fell back to http | requests over https | before the final document | document TLS handshake |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, m := range v.Modes {
+		ls := tv.loadsOf(m)
+		if len(ls) == 0 {
+			continue
+		}
+		var up, https, fb int
+		for _, l := range ls {
+			if l.Upgraded {
+				up++
+			}
+			if l.DocHTTPS {
+				https++
+			}
+			if l.Fallback {
+				fb++
+			}
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %.0f %% | %.0f ms | %.0f ms |\n", m, len(ls), up, https, fb,
+			100*spreadOf(ls, func(l Load) float64 { return l.HTTPSShare }).Median,
+			spreadOf(ls, func(l Load) float64 { return l.DocDelay }).Median, spreadOf(ls, func(l Load) float64 { return l.DocTLS }).Median)
+	}
+	b.WriteString("\n")
+}
+
 // WriteLoadsCSV writes one row per analysed load of tv into path: what
 // the report's HAR tables are computed from, for a reader's own cuts.
 func WriteLoadsCSV(path string, v View, tv TimeView) error {
@@ -207,7 +249,8 @@ func WriteLoadsCSV(path string, v View, tv TimeView) error {
 	}
 	w := csv.NewWriter(f)
 	head := []string{"page", "mode", "run", "plt_ms", "bytes", "requests", "network_requests", "conns", "request_bound_ms", "link_bound_ms",
-		"queued_ms", "requests_queued_over_rtt", "max_in_flight", "mean_in_flight", "chain_levels", "chain_rtts"}
+		"queued_ms", "requests_queued_over_rtt", "max_in_flight", "mean_in_flight", "chain_levels", "chain_rtts",
+		"upgraded", "doc_https", "fallback", "doc_delay_ms", "doc_tls_ms", "https_share"}
 	for _, n := range PhaseNames {
 		head = append(head, "critical_"+n+"_ms")
 	}
@@ -217,7 +260,9 @@ func WriteLoadsCSV(path string, v View, tv TimeView) error {
 	for _, l := range tv.Loads {
 		row := []string{l.Page, l.Mode, strconv.Itoa(l.Run), ff(l.PLT), strconv.FormatInt(l.Bytes, 10), strconv.Itoa(l.Requests), strconv.Itoa(l.Network),
 			strconv.Itoa(l.Conns), ff(l.RequestBound), ff(Bound(float64(l.Bytes), v.Profile)), ff(l.Queued), strconv.Itoa(l.QueuedRequests),
-			strconv.Itoa(l.MaxInFlight), strconv.FormatFloat(l.MeanInFlight, 'f', 2, 64), strconv.Itoa(l.Depth), strconv.Itoa(l.ChainRTTs)}
+			strconv.Itoa(l.MaxInFlight), strconv.FormatFloat(l.MeanInFlight, 'f', 2, 64), strconv.Itoa(l.Depth), strconv.Itoa(l.ChainRTTs),
+			strconv.FormatBool(l.Upgraded), strconv.FormatBool(l.DocHTTPS), strconv.FormatBool(l.Fallback), ff(l.DocDelay), ff(l.DocTLS),
+			strconv.FormatFloat(l.HTTPSShare, 'f', 3, 64)}
 		for _, c := range l.Critical {
 			row = append(row, ff(c))
 		}

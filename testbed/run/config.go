@@ -175,6 +175,11 @@ type Config struct {
 	// SplitModes gives every (profile, run, mode) session a testbed of
 	// its own, so that the modes of a run can run in parallel too.
 	SplitModes bool
+	// StockChromium runs the browser with stock Chromium's defaults for
+	// everything that changes how a page loads (browser.Options.Stock):
+	// HTTPS upgrades, QUIC, HTTPS records, the resolver; Resolver and
+	// HTTPSRR do not apply.
+	StockChromium bool
 	// HAR saves a HAR file of every measured load (OUT/har/..., package
 	// har). Off by default: about 1 kB per request (36 kB per tp5n load
 	// over 3G), 60 % of a run folder (README).
@@ -250,6 +255,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// resolverLabel is Chromium's resolver as results.json records it.
+func (c Config) resolverLabel() string {
+	if c.StockChromium {
+		return "stock (Chromium's default)"
+	}
+	return string(c.Resolver)
+}
+
 // NeedsPEP reports whether a mode runs through the appliance (pepd and
 // Squid): every mode but direct.
 func NeedsPEP(mode string) bool { return mode != "direct" }
@@ -265,7 +278,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("dns_origins", c.DNSOrigins), slog.String("origin_compress", c.OriginCompress),
 		slog.String("cc_phone", c.CCPhone), slog.String("cc_gw", c.CCGW), slog.String("cc_origin", c.CCOrigin),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
-		slog.Bool("har", c.HAR), slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),
+		slog.Bool("har", c.HAR), slog.Bool("stock_chromium", c.StockChromium), slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),
 	)
 }
 

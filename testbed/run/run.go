@@ -91,6 +91,14 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 	} else if slices.ContainsFunc(c.Modes, IsWarm) {
 		res.Config.SquidCache = "cold in modes without " + WarmSuffix + ": Squid restarted on an empty cache folder before every (mode, run) session; warm in the " + WarmSuffix + " modes: " + warmFill
 	}
+	res.Config.StockChromium = c.StockChromium
+	res.Config.Resolver = c.resolverLabel()
+	bo := browser.Options{Resolver: c.Resolver, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures, IgnoreCertErrors: true}
+	for _, ch := range browser.Changes(bo) {
+		if !c.StockChromium || ch.Stock {
+			res.Config.ChromiumChanges = append(res.Config.ChromiumChanges, report.ChromiumChange{What: ch.String(), Why: ch.Why, KeptInStock: ch.Stock})
+		}
+	}
 	if wired != nil {
 		res.Config.Wired = &report.ProfileInfo{Name: wired.Name, RTTms: ms(wired.RTT()), DownKbit: float64(wired.Down.Rate) / 1000, UpKbit: float64(wired.Up.Rate) / 1000,
 			Description: wired.Description, Exact: wired.String(), Source: wired.Source}
@@ -257,7 +265,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 	bopts := browser.Options{
 		NS: bed.Topo.Config.MNNS(), ExecPath: c.Chromium, Resolver: c.Resolver,
 		PageTimeout: c.PageTimeout, Settle: c.Settle, SettleMax: c.SettleMax, IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned,
-		DisableFeatures: c.DisableFeatures, ProfileDir: bed.work, Log: bed.log.With("mode", m, "run", run),
+		DisableFeatures: c.DisableFeatures, Stock: c.StockChromium, ProfileDir: bed.work, Log: bed.log.With("mode", m, "run", run),
 	}
 
 	warm := NeedsPEP(m) && (c.Warm || IsWarm(m))
@@ -297,7 +305,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 			BrowserConns: p.Conns, BrowserVIPConns: p.ConnsByIP[vip.String()], BrowserConnsReused: p.ConnsReused,
 			SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries),
 			LinkUpBytes: int64(lc.Up.Bytes), LinkDnBytes: int64(lc.Down.Bytes), LinkDrops: int(lc.Up.Drops + lc.Down.Drops),
-			Origin404: int(st.Misses), Resolver: string(c.Resolver), Warm: warm, WallMs: ms(p.Wall),
+			Origin404: int(st.Misses), Resolver: c.resolverLabel(), Warm: warm, WallMs: ms(p.Wall),
 			ConnsByDst: map[string]int{},
 		}
 		if r.HAR, err = saveHAR(c.Out, bed.Profile.Name, run, m, seq, pg.Name, p); err != nil {
