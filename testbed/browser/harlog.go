@@ -179,9 +179,9 @@ func topFrame(st *runtime.StackTrace) *runtime.CallFrame {
 
 // pageInfo is what the HAR's page holds beside the entries.
 type pageInfo struct {
-	url, title, userAgent string
-	timeOrigin            float64 // performance.timeOrigin, ms since the epoch; 0: unknown
-	p                     *Page
+	url, userAgent string
+	timeOrigin     float64 // performance.timeOrigin, ms since the epoch; 0: unknown
+	p              *Page
 }
 
 // build returns the HAR of the page: the entries of the requests that
@@ -211,9 +211,6 @@ func (h *harLog) build(pi pageInfo, now time.Time) *har.HAR {
 	}
 	loaded := pi.p != nil && pi.p.Loaded
 	pg := har.Page{StartedDateTime: har.FormatTime(unixTime(start)), ID: "page_1", Title: pi.url}
-	if pi.title != "" {
-		pg.Title = pi.title
-	}
 	pg.PageTimings = har.PageTimings{OnContentLoad: -1, OnLoad: -1, TTFB: -1, FCP: -1, LCP: -1}
 	if pi.p != nil {
 		pg.PageTimings = har.PageTimings{OnContentLoad: mark(pi.p.DCL, loaded), OnLoad: mark(pi.p.PLT, loaded),

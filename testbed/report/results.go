@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -217,7 +218,8 @@ func Read(path string) (*Results, error) {
 	return &r, nil
 }
 
-// modeOrder sorts mode names as Modes does, unknown names last.
+// modeOrder sorts mode names as Modes does, unknown names (the +opt
+// modes) last, alphabetically; a +warm mode right after the same mode cold.
 func modeOrder(modes []string) []string {
 	rank := func(m string) int {
 		for i, k := range Modes {
@@ -229,11 +231,15 @@ func modeOrder(modes []string) []string {
 	}
 	out := append([]string(nil), modes...)
 	sort.SliceStable(out, func(i, j int) bool {
-		ri, rj := rank(out[i]), rank(out[j])
-		if ri != rj {
+		ci, wi := strings.CutSuffix(out[i], "+warm")
+		cj, wj := strings.CutSuffix(out[j], "+warm")
+		if ri, rj := rank(ci), rank(cj); ri != rj {
 			return ri < rj
 		}
-		return out[i] < out[j]
+		if ci != cj {
+			return ci < cj
+		}
+		return !wi && wj
 	})
 	return out
 }

@@ -139,3 +139,11 @@ func TestGenerateWithHARs(t *testing.T) {
 		}
 	}
 }
+
+func TestModeOrder(t *testing.T) {
+	got := modeOrder([]string{"url+opt+warm", "url+warm", "url+opt", "direct", "url", "off+opt", "off"})
+	want := []string{"direct", "off", "url", "url+warm", "off+opt", "url+opt", "url+opt+warm"}
+	if !slices.Equal(got, want) {
+		t.Errorf("modeOrder = %v, want %v", got, want)
+	}
+}

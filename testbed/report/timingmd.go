@@ -76,7 +76,8 @@ func writeTimes(b *bytes.Buffer, v View, tv TimeView) {
 		"in levels and in the round trips it needs at least (one per request, DNS lookup, TCP and TLS handshake on it). "+
 		"Queued: the requests' time blocked in the browser (HAR blocked: Chromium's schedulers and the wait for a connection under its 6-per-host limit), summed over requests. "+
 		"Critical path (WProf, NSDI 2013): from the request that ended last before onload back through its initiators to the document; "+
-		"PLT split into each request's own phases and browser time between them; shares of the summed PLT.\n\n", rtt, MinRoundTrips)
+		"PLT split into each request's own phases and browser time between them; shares of the summed PLT. "+
+		"Every load's figures, page by page: `%s-loads.csv`.\n\n", rtt, MinRoundTrips, safeName(v.Profile.Name))
 	b.WriteString("Over all loads, medians over loads:\n\n")
 	b.WriteString("| mode | loads | PLT | link bound | request bound | requests / conns | chain levels | chain RTTs (x RTT) | in flight max / mean | queued per load | requests queued > 1 RTT |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
