@@ -2,6 +2,7 @@ package report
 
 import (
 	"math"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -35,6 +36,8 @@ var PhaseNames = [NumPhases]string{"browser", "queued", "handshakes", "request+w
 type Load struct {
 	Page, Mode, HAR string
 	Run             int
+	// HARBytes is the size of the HAR file.
+	HARBytes int64
 	// PLT is the page's onLoad (ms), else the end of its last request.
 	PLT float64
 	// Requests counts entries; Network those from the network (not a
@@ -423,6 +426,9 @@ func ReadTimes(r *Results, dir string, v View) TimeView {
 		}
 		l := Analyze(h, v.Profile.RTTms)
 		l.Page, l.Mode, l.Run, l.HAR = rec.Page, rec.Mode, rec.Run, rec.HAR
+		if st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(rec.HAR))); err == nil {
+			l.HARBytes = st.Size()
+		}
 		tv.Loads = append(tv.Loads, l)
 	}
 	return tv

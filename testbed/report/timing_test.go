@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -123,11 +124,18 @@ func TestGenerateWithHARs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	loaded := -1 // the record whose HAR is missing
+	for _, rec := range r.Records {
+		if rec.Loaded {
+			loaded++
+		}
+	}
 	for _, s := range []string{
 		"### Where the time goes (a HAR per load)",
 		"| url | 3 | 0.85 s |",
 		"| url | 6 % | 24 % | 24 % | 35 % | 11 % |", // 55/850, 205/850, 200/850, 300/850, 90/850
 		"HAR files that could not be read (1):",
+		fmt.Sprintf("HAR files: %d loads, %.1f kB per load", loaded, float64(len(b))/1000),
 	} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("report lacks %q", s)

@@ -126,6 +126,14 @@ func writeTimes(b *bytes.Buffer, v View, tv TimeView) {
 	}
 	writeSlower(b, v, tv)
 	writeUpgrades(b, v, tv)
+	if len(tv.Loads) > 0 {
+		sz := spreadOf(tv.Loads, func(l Load) float64 { return float64(l.HARBytes) / 1000 })
+		var total int64
+		for _, l := range tv.Loads {
+			total += l.HARBytes
+		}
+		fmt.Fprintf(b, "HAR files: %d loads, %s kB per load (median (min-max)), %.1f MB in all.\n\n", len(tv.Loads), sz.Format(1), float64(total)/1e6)
+	}
 	if len(tv.Errors) > 0 {
 		fmt.Fprintf(b, "HAR files that could not be read (%d):\n\n", len(tv.Errors))
 		for i, e := range tv.Errors {
