@@ -81,8 +81,9 @@ type Load struct {
 	// redirects, and a fallback after a failed hop): Upgraded, the
 	// browser turned the http:// navigation into https:// (an internal
 	// redirect to the same URL with https, Chromium's HttpsUpgrades);
-	// DocHTTPS, the final document came over https; Fallback, an https
-	// hop failed and the browser loaded http:// instead; DocDelay, ms from
+	// DocHTTPS, the final document came over https; Fallback, the https
+	// hop failed or did not answer in time and the browser loaded http://
+	// instead (a failed hop, or an internal redirect back); DocDelay, ms from
 	// the first document request's start to the final one's (what the
 	// hops and a failed attempt cost); DocTLS, the final document's TLS
 	// handshake in ms (0: none); HTTPSShare, the share of requests from
@@ -253,6 +254,12 @@ func (l *Load) navigation(es []har.Entry, root int) {
 		case e.Initiator.Type == "redirect" && e.Initiator.URL == prev.Request.URL:
 			if strings.HasPrefix(prev.Request.URL, "http:") && e.Request.URL == "https:"+strings.TrimPrefix(prev.Request.URL, "http:") {
 				l.Upgraded = true
+			}
+			// Chromium falls back with an internal redirect back to
+			// http:// when the https attempt has not answered in time (3 s
+			// seen on the paper's congested cell).
+			if l.Upgraded && strings.HasPrefix(prev.Request.URL, "https:") && e.Request.URL == "http:"+strings.TrimPrefix(prev.Request.URL, "https:") {
+				l.Fallback = true
 			}
 			final = i
 		case prev.Error != "" && strings.HasPrefix(prev.Request.URL, "https:") && strings.HasPrefix(e.Request.URL, "http:") &&

@@ -155,3 +155,40 @@ func TestModeOrder(t *testing.T) {
 		t.Errorf("modeOrder = %v, want %v", got, want)
 	}
 }
+
+// TestNavigationUpgrade: Chromium's HttpsUpgrades as seen in HARs of the
+// testbed: an internal redirect to https, which succeeds (average cell) or
+// is redirected back to http after 3 s (congested cell), or fails.
+func TestNavigationUpgrade(t *testing.T) {
+	doc := func(start, time float64, url, init string, status int64, errText string) har.Entry {
+		in := har.Initiator{Type: "other", Line: -1}
+		if init != "" {
+			in = har.Initiator{Type: "redirect", URL: init, Line: -1}
+		}
+		return har.Entry{Start: start, Time: time, ResourceType: "Document", Request: har.Request{URL: url}, Initiator: in,
+			Response: har.Response{Status: status}, Error: errText, Timings: har.Timings{Blocked: -1, DNS: -1, Connect: -1, SSL: -1, Receive: time}}
+	}
+	page := func(es ...har.Entry) *har.HAR {
+		return &har.HAR{Log: har.Log{Pages: []har.Page{{PageTimings: har.PageTimings{OnLoad: 10000}}}, Entries: es}}
+	}
+	const h, s = "http://a.test/", "https://a.test/"
+	ok := doc(45, 900, s, h, 200, "")
+	ok.Timings.SSL = 400
+	for _, tc := range []struct {
+		name                      string
+		h                         *har.HAR
+		upgraded, https, fallback bool
+		delay, tls                float64
+	}{
+		{"upgraded", page(doc(1, 3, h, "", 307, ""), ok), true, true, false, 44, 400},
+		{"back to http after 3 s", page(doc(1, 43, h, "", 307, ""), doc(45, 3000, s, h, 307, ""), doc(3047, 900, h, s, 200, "")), true, false, true, 3046, 0},
+		{"https failed", page(doc(1, 43, h, "", 307, ""), doc(45, 500, s, h, 0, "net::ERR_CONNECTION_REFUSED"), doc(600, 900, h, "", 200, "")), true, false, true, 599, 0},
+		{"plain http", page(doc(1, 900, h, "", 200, "")), false, false, false, 0, 0},
+	} {
+		l := Analyze(tc.h, 100)
+		if l.Upgraded != tc.upgraded || l.DocHTTPS != tc.https || l.Fallback != tc.fallback || l.DocDelay != tc.delay || l.DocTLS != tc.tls {
+			t.Errorf("%s: upgraded %v https %v fallback %v delay %v tls %v; want %v %v %v %v %v", tc.name,
+				l.Upgraded, l.DocHTTPS, l.Fallback, l.DocDelay, l.DocTLS, tc.upgraded, tc.https, tc.fallback, tc.delay, tc.tls)
+		}
+	}
+}
