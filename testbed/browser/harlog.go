@@ -38,7 +38,8 @@ func newHARLog() *harLog { return &harLog{reqs: map[network.RequestID]*harReq{}}
 func (h *harLog) event(ev any) {
 	switch e := ev.(type) {
 	case *network.EventRequestWillBeSent:
-		if e.Request == nil {
+		// http(s) only, as Page.Requests counts (no data: or blob: URLs).
+		if e.Request == nil || !(strings.HasPrefix(e.Request.URL, "http:") || strings.HasPrefix(e.Request.URL, "https:")) {
 			return
 		}
 		if !h.seen0 {

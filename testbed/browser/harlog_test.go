@@ -146,8 +146,8 @@ func TestHARKnownPage(t *testing.T) {
 			t.Errorf("%s: initiator %s %q, want %s %q", path, e.Initiator.Type, parent, w.typ, w.parent)
 		}
 	}
-	if len(byPath) != len(want) {
-		t.Errorf("HAR has %d requests, want %d", len(byPath), len(want))
+	if len(byPath) != len(want) || len(h.Log.Entries) != p.Requests {
+		t.Errorf("HAR has %d requests (%d entries), want %d; the page counted %d", len(byPath), len(h.Log.Entries), len(want), p.Requests)
 	}
 
 	l := report.Analyze(h, 100)
