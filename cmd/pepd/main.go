@@ -19,6 +19,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -31,6 +32,8 @@ import (
 	"os/signal"
 	"reflect"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,6 +52,7 @@ import (
 	"pep/internal/optimize"
 	"pep/internal/rewrite"
 	"pep/internal/splice"
+	"pep/internal/viptls"
 )
 
 const pepdUsage = `pepd: the pep appliance's one process, a carrier-side performance enhancing
@@ -244,7 +248,7 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 		return nil, err
 	}
 	d.proxy, err = httpproxy.New(httpproxy.Options{
-		VIP: cfg.VIP, Squid: cfg.Squid, SquidProxyProtocol: cfg.SquidProxyProtocol,
+		VIP: cfg.VIP, VIPNames: lower(cfg.HTTPS.Names), Squid: cfg.Squid, SquidProxyProtocol: cfg.SquidProxyProtocol,
 		UpstreamTimeout: cfg.HTTP.UpstreamTimeout, UpstreamIdle: cfg.HTTP.UpstreamIdle, Mode: d.mode, Log: log, Metrics: hm, Settings: st,
 		Optimize: d.optimize, Cache: d.cache,
 	})
@@ -257,6 +261,7 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 		WriteTimeout: cfg.HTTP.WriteTimeout, MaxConnsPerSubscriber: cfg.HTTP.MaxConnsPerSubscriber,
 		Radio: httpproxy.RadioOptions{Congestion: cfg.Radio.Congestion, NotsentLowat: int(cfg.Radio.NotsentLowat),
 			MaxPacingRate: int(cfg.Radio.MaxPacingRate)},
+		MaxStreams: cfg.HTTPS.MaxStreams, MaxStreamsPerSubscriber: cfg.HTTPS.MaxStreamsPerSubscriber,
 	}, log, hm)
 	// Shutdown of the HTTP server closes its listeners and waits for the
 	// requests in flight, so it comes first.
@@ -439,8 +444,12 @@ func (d *pepd) buildDNS(cfg *config.Config) error {
 	}
 	d.reloaders = append(d.reloaders, dp.ReloadConfig)
 	if cfg.Listen.TLS != "" {
+		term, err := d.buildVIPTLS(cfg)
+		if err != nil {
+			return err
+		}
 		sp, err := splice.New(splice.Options{Resolver: dp.Upstream(), Guard: pol,
-			Logger: d.log.With("component", "splice"), Registerer: d.reg})
+			Logger: d.log.With("component", "splice"), Registerer: d.reg, Terminator: term})
 		if err != nil {
 			return err
 		}
@@ -459,6 +468,79 @@ func (d *pepd) buildDNS(cfg *config.Config) error {
 			serve: func() error { return ignoreClosed(sp.Serve(ln)) }, shutdown: sp.Shutdown})
 	}
 	return nil
+}
+
+// buildVIPTLS returns the VIP's own HTTPS origin (https.*, issue 25) for
+// the splice to hand its connections to, or nil when https.cert_file is
+// empty (everything is spliced, as before). The certificate and key are
+// read again on SIGHUP: a bad file is an error and the old pair keeps
+// serving. The names, the shards and the stream bounds need a restart.
+func (d *pepd) buildVIPTLS(cfg *config.Config) (splice.Terminator, error) {
+	h := cfg.HTTPS
+	if !h.Enabled() {
+		return nil, nil
+	}
+	st, err := viptls.Load(h.CertFile, h.KeyFile, vipCertNames(cfg))
+	if err != nil {
+		return nil, err
+	}
+	term, err := viptls.NewTerminator(st, cfg.VIP, h.Names, d.httpSrv.ServeTLS)
+	if err != nil {
+		return nil, err
+	}
+	d.reloaders = append(d.reloaders, func(c *config.Config) error {
+		if c.HTTPS.CertFile != h.CertFile || c.HTTPS.KeyFile != h.KeyFile {
+			d.log.Warn("https.cert_file and https.key_file need a restart to change; reloading the old files", "cert_file", h.CertFile)
+		}
+		if err := st.Reload(); err != nil {
+			return err
+		}
+		d.log.Info("VIP certificate reloaded", "cert_file", h.CertFile, "not_after", st.Leaf().NotAfter)
+		return nil
+	})
+	d.log.Info("VIP served as an HTTPS origin", "cert_file", h.CertFile, "names", h.Names, "ip", st.Covers(cfg.VIP.String()),
+		"not_after", st.Leaf().NotAfter, "urls", h.URLs, "shards", h.Shards)
+	return term, nil
+}
+
+// vipCertNames are the names the VIP's certificate must be valid for: the
+// https names, and the VIP address when https URLs are written on it (or
+// no name is given, so that the address is all that can be served).
+func vipCertNames(cfg *config.Config) []string {
+	h := cfg.HTTPS
+	names := lower(h.Names)
+	if h.Host == "" && (h.URLs || len(h.Names) == 0) {
+		names = append(names, cfg.VIP.String())
+	}
+	return names
+}
+
+// vipOrigins are the origins url mode writes VIP URLs under (rewrite.Config.Origins):
+// with https.urls, one https origin per shard, https://HOST[:port]; else
+// none (http://VIP).
+func vipOrigins(cfg *config.Config) []string {
+	h := cfg.HTTPS
+	if !h.URLs {
+		return nil
+	}
+	host := cmp.Or(strings.ToLower(h.Host), cfg.VIP.String())
+	var out []string
+	for _, p := range h.Ports() {
+		o := "https://" + host
+		if p != 443 {
+			o += ":" + strconv.Itoa(int(p))
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func lower(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = strings.ToLower(v)
+	}
+	return out
 }
 
 // ignoreClosed maps the DNS proxy's and the splice's "served after
@@ -491,7 +573,7 @@ func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
 	if err != nil {
 		return httpproxy.Settings{}, err
 	}
-	rw, err := rewrite.New(c.VIP.String(), rewrite.Config{MaxBodyBytes: int64(c.Rewrite.MaxBodyBytes)}, d.log, d.rwm)
+	rw, err := rewrite.New(c.VIP.String(), rewrite.Config{MaxBodyBytes: int64(c.Rewrite.MaxBodyBytes), Origins: vipOrigins(c)}, d.log, d.rwm)
 	if err != nil {
 		return httpproxy.Settings{}, err
 	}
@@ -561,9 +643,12 @@ func (d *pepd) reload(f *config.Flags) error {
 		"http.upstream_timeout":    {d.cfg.HTTP.UpstreamTimeout, c.HTTP.UpstreamTimeout},
 		"http.upstream_idle":       {d.cfg.HTTP.UpstreamIdle, c.HTTP.UpstreamIdle},
 		"http.max_conns":           {d.cfg.HTTP.MaxConns, c.HTTP.MaxConns}, "log.format": {d.cfg.Log.Format, c.Log.Format},
-		"cache.window":         {d.cfg.Cache.Window, c.Cache.Window},
-		"cache.filter_items":   {d.cfg.Cache.FilterItems, c.Cache.FilterItems},
-		"cache.status_timeout": {d.cfg.Cache.StatusTimeout, c.Cache.StatusTimeout},
+		"cache.window":                     {d.cfg.Cache.Window, c.Cache.Window},
+		"cache.filter_items":               {d.cfg.Cache.FilterItems, c.Cache.FilterItems},
+		"cache.status_timeout":             {d.cfg.Cache.StatusTimeout, c.Cache.StatusTimeout},
+		"https.names":                      {d.cfg.HTTPS.Names, c.HTTPS.Names},
+		"https.max_streams":                {d.cfg.HTTPS.MaxStreams, c.HTTPS.MaxStreams},
+		"https.max_streams_per_subscriber": {d.cfg.HTTPS.MaxStreamsPerSubscriber, c.HTTPS.MaxStreamsPerSubscriber},
 	}
 	for k, v := range restart {
 		if !reflect.DeepEqual(v[0], v[1]) {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +23,7 @@ import (
 
 	"pep/internal/dnsproxy/dnsmasqtest"
 	"pep/internal/testenv"
+	"pep/internal/viptls/viptlstest"
 )
 
 // freeUDPPort returns a 127.0.0.1 port free for both UDP and TCP.
@@ -389,4 +392,128 @@ func TestHelpAndCheck(t *testing.T) {
 	if st := run([]string{"-check", "-config", bad}, &errb); st != 2 || !strings.Contains(errb.String(), "bad.yaml:2: vip: ") {
 		t.Errorf("-check on a bad config: status %d, %q", st, errb.String())
 	}
+}
+
+// TestVIPCertificate runs the pepd binary with the VIP as an HTTPS origin
+// (https.cert_file): a missing key file stops the start with an error
+// naming it; a ClientHello without SNI to the VIP address (here the
+// listener's own, 127.0.0.1) is terminated and served over HTTP/2; SIGHUP
+// with a key that does not match keeps the old certificate (error logged),
+// SIGHUP with a good pair serves the new one, and a connection opened
+// before both still works.
+func TestVIPCertificate(t *testing.T) {
+	resolver := dnsmasqtest.Start(t, []string{"address=/www.foo.com/198.19.0.5"})
+	dir := t.TempDir()
+	bin, err := pepdBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := viptlstest.NewCA("pep test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, kf, err := ca.WriteFiles(dir, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, httpAddr, tlsAddr := freePort(t), freePort(t), freePort(t)
+	cfgFile := filepath.Join(dir, "pepd.yaml")
+	writeCfg := func(key string) {
+		cfg := "mode: url\nvip: 127.0.0.1\nsubscribers: [127.0.0.0/8]\nresolvers: [" + resolver + "]\nsquid: 127.0.0.1:3128\n" +
+			"listen:\n  http: " + httpAddr + "\n  tls: " + tlsAddr + "\n  dns: \"\"\n  admin: " + admin + "\n" +
+			noOptimizer + "https:\n  cert_file: " + cf + "\n  key_file: " + key + "\n  urls: true\n"
+		if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCfg(filepath.Join(dir, "missing.key"))
+	out, err := exec.Command(bin, "-config", cfgFile).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "missing.key") {
+		t.Fatalf("start with a missing key: %v\n%s", err, out)
+	}
+	writeCfg(kf)
+	cmd := exec.Command(bin, "-config", cfgFile)
+	var logs syncBuffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitLog := func(s string) {
+		t.Helper()
+		for deadline := time.Now().Add(testenv.Scale(20 * time.Second)); !strings.Contains(logs.String(), s); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in pepd's log:\n%s", s, logs.String())
+			}
+		}
+	}
+	waitLog("pepd started")
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, ForceAttemptHTTP2: true,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, tlsAddr)
+		}}
+	old := &http.Client{Transport: tr}
+	serial := func(c *http.Client) string {
+		t.Helper()
+		resp, err := c.Get("https://127.0.0.1/.pep/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "ok\n" || resp.ProtoMajor != 2 {
+			t.Fatalf("health over TLS: %s %s %q", resp.Proto, resp.Status, b)
+		}
+		return resp.TLS.PeerCertificates[0].SerialNumber.String()
+	}
+	fresh := func() *http.Client { return &http.Client{Transport: tr.Clone()} }
+	first := serial(old)
+	// A key of another certificate: the reload fails, the old one stays.
+	_, otherKey, err := ca.Issue([]string{"127.0.0.1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(kf, otherKey, 0o600)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLog("reload failed")
+	if !strings.Contains(logs.String(), "private key does not match") {
+		t.Errorf("reload error does not say why:\n%s", logs.String())
+	}
+	if got := serial(fresh()); got != first {
+		t.Errorf("after a failed reload serial %s, want the old %s", got, first)
+	}
+	// A good pair.
+	if _, _, err := ca.WriteFiles(dir, "127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitLog("VIP certificate reloaded")
+	if got := serial(fresh()); got == first {
+		t.Errorf("after a good reload still the old serial %s", got)
+	}
+	if got := serial(old); got != first {
+		t.Errorf("the connection opened before the reloads now has serial %s, want %s (kept)", got, first)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("exit after SIGTERM: %v\n%s", err, logs.String())
+	}
+}
+
+// syncBuffer is a strings.Builder safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

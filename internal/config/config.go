@@ -77,6 +77,10 @@ type Config struct {
 	Cache Cache `yaml:"cache"`
 	// Radio are socket options of the subscriber-facing connections.
 	Radio Radio `yaml:"radio"`
+	// HTTPS is the VIP as the operator's own HTTPS origin (issue 25):
+	// TLS to the VIP itself is terminated (HTTP/2, HTTP/1.1) instead of
+	// spliced; url mode may write https VIP URLs over k shards.
+	HTTPS HTTPS `yaml:"https"`
 	Log   Log   `yaml:"log"`
 
 	file string    // where it was loaded from, for error messages
@@ -298,6 +302,66 @@ type Radio struct {
 	MaxPacingRate ByteSize `yaml:"max_pacing_rate"`
 }
 
+// HTTPS holds the settings of the VIP as an HTTPS origin
+// (internal/viptls). With cert_file empty (the default) nothing is
+// terminated: every TLS connection to the VIP is spliced by SNI as before.
+type HTTPS struct {
+	// CertFile is the VIP's certificate chain (PEM, leaf first) and
+	// KeyFile its private key (PEM). Both or neither; re-read on SIGHUP
+	// (a bad file keeps the old certificate). The certificate must name
+	// every entry of Names, and the VIP address to be served without SNI.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// Names are the VIP's DNS names: a ClientHello with one of them as SNI
+	// is terminated. A ClientHello without SNI to the VIP address is
+	// terminated when the certificate names that address (an IP-address
+	// certificate); every other one is spliced.
+	Names []string `yaml:"names"`
+	// URLs makes url mode write https VIP URLs
+	// (https://HOST[:port]/host/path) instead of http://VIP/host/path.
+	// Needs cert_file. Default false.
+	URLs bool `yaml:"urls"`
+	// Host is the host written in https VIP URLs: "" (the VIP address,
+	// for an IP-address certificate) or one of Names.
+	Host string `yaml:"host"`
+	// Shards is k, the number of VIP origins url mode spreads object hosts
+	// over (each host to one by a stable hash), so that a browser holds k
+	// HTTP/2 connections. Default 1, at most 16.
+	Shards int `yaml:"shards"`
+	// ShardPorts are the ports of the shards' origins, shard i at
+	// ShardPorts[i]; nftables steers each VIP:port to listen.tls. Default
+	// 443, 8443, 8444, ... (distinct ports are distinct origins, which
+	// Chromium does not pool into one HTTP/2 connection).
+	ShardPorts []uint16 `yaml:"shard_ports"`
+	// MaxStreams bounds the concurrent HTTP/2 streams of one connection
+	// (SETTINGS_MAX_CONCURRENT_STREAMS, RFC 9113 §6.5.2). Default 100.
+	MaxStreams int `yaml:"max_streams"`
+	// MaxStreamsPerSubscriber bounds the concurrent requests over TLS of
+	// one source address, all its connections together; more get 429.
+	// Default 512.
+	MaxStreamsPerSubscriber int `yaml:"max_streams_per_subscriber"`
+}
+
+// Enabled reports whether the VIP is served as an HTTPS origin.
+func (h HTTPS) Enabled() bool { return h.CertFile != "" }
+
+// Ports returns the first Shards ports of the shards' origins, defaults
+// applied.
+func (h HTTPS) Ports() []uint16 {
+	out := make([]uint16, 0, h.Shards)
+	for i := 0; i < h.Shards; i++ {
+		switch {
+		case i < len(h.ShardPorts):
+			out = append(out, h.ShardPorts[i])
+		case i == 0:
+			out = append(out, 443)
+		default:
+			out = append(out, uint16(8443+i-1))
+		}
+	}
+	return out
+}
+
 // Log holds logging settings.
 type Log struct {
 	// Level: debug, info, warn, error. Default info.
@@ -350,7 +414,8 @@ func Default() Config {
 			MaxBodyBytes: 8 << 20, Deadline: 100 * time.Millisecond, ResultBytes: 64 << 20},
 		Cache: Cache{Admission: "off", Window: time.Hour, FilterItems: 1_000_000, MemoryMaxObject: 1 << 20,
 			StatusTimeout: 2 * time.Second},
-		Log: Log{Level: "info", Format: "text"},
+		HTTPS: HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512},
+		Log:   Log{Level: "info", Format: "text"},
 	}
 }
 
@@ -738,11 +803,52 @@ func (c *Config) Validate() error {
 			return field.Errorf(fmt.Sprintf("guard.allowed_ports.%d", i), "port 0 is not a port")
 		}
 	}
+	if err := c.validateHTTPS(); err != nil {
+		return err
+	}
 	if !oneOf(c.Log.Level, "debug", "info", "warn", "error") {
 		return field.Errorf("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
 	}
 	if !oneOf(c.Log.Format, "text", "json") {
 		return field.Errorf("log.format", "%q is not one of text, json", c.Log.Format)
+	}
+	return nil
+}
+
+// validateHTTPS checks the https section. The files themselves are read
+// (and their errors reported) by internal/viptls at start and on SIGHUP.
+func (c *Config) validateHTTPS() error {
+	h := c.HTTPS
+	switch {
+	case (h.CertFile == "") != (h.KeyFile == ""):
+		return field.Errorf("https.key_file", "cert_file and key_file go together (one is empty)")
+	case h.Enabled() && c.Listen.TLS == "":
+		return field.Errorf("https.cert_file", "needs listen.tls (the VIP:443 listener)")
+	case h.URLs && !h.Enabled():
+		return field.Errorf("https.urls", "needs https.cert_file")
+	case h.Shards < 1 || h.Shards > 16:
+		return field.Errorf("https.shards", "%d is outside 1..16", h.Shards)
+	case h.MaxStreams < 1 || h.MaxStreams > 1000:
+		return field.Errorf("https.max_streams", "%d is outside 1..1000", h.MaxStreams)
+	case h.MaxStreamsPerSubscriber < 1:
+		return field.Errorf("https.max_streams_per_subscriber", "%d must be at least 1", h.MaxStreamsPerSubscriber)
+	case len(h.ShardPorts) > 0 && len(h.ShardPorts) < h.Shards:
+		return field.Errorf("https.shard_ports", "%d ports for %d shards", len(h.ShardPorts), h.Shards)
+	}
+	for i, n := range h.Names {
+		if err := domainSuffix(n, false); err != nil || strings.HasPrefix(n, ".") || !strings.Contains(n, ".") {
+			return field.Errorf(fmt.Sprintf("https.names.%d", i), "%q is not a host name", n)
+		}
+	}
+	if h.Host != "" && !slices.Contains(h.Names, h.Host) {
+		return field.Errorf("https.host", "%q is not one of https.names", h.Host)
+	}
+	seen := map[uint16]bool{}
+	for i, p := range h.ShardPorts {
+		if p == 0 || seen[p] {
+			return field.Errorf(fmt.Sprintf("https.shard_ports.%d", i), "port %d is zero or repeated", p)
+		}
+		seen[p] = true
 	}
 	return nil
 }

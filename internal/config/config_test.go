@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,14 @@ func TestErrors(t *testing.T) {
 		{"bad mode", "mode: proxy\n", `bad.yaml:1: mode: mode: "proxy" is not one of off, dns, url`},
 		{"vip not an address", "vip: 10.0.0\n", `bad.yaml:1: vip: ParseAddr("10.0.0"): IPv4 address too short`},
 		{"vip is v6", "mode: dns\nvip: \"2001:db8::1\"\n", `bad.yaml:2: vip: "2001:db8::1" is not an IPv4 address`},
+		{"https key without cert", "listen:\n  tls: \":3443\"\nhttps:\n  key_file: /k.pem\n", `bad.yaml:4: https.key_file: cert_file and key_file go together (one is empty)`},
+		{"https without listen.tls", "https:\n  cert_file: /c.pem\n  key_file: /k.pem\n", `bad.yaml:2: https.cert_file: needs listen.tls (the VIP:443 listener)`},
+		{"https urls without cert", "https:\n  urls: true\n", `bad.yaml:2: https.urls: needs https.cert_file`},
+		{"https shards", "https:\n  shards: 17\n", `bad.yaml:2: https.shards: 17 is outside 1..16`},
+		{"https too few ports", "https:\n  shards: 3\n  shard_ports: [443, 8443]\n", `bad.yaml:3: https.shard_ports: 2 ports for 3 shards`},
+		{"https repeated port", "https:\n  shard_ports: [443, 443]\n", `bad.yaml:2: https.shard_ports.1: port 443 is zero or repeated`},
+		{"https bad name", "https:\n  names: [vip]\n", `bad.yaml:2: https.names.0: "vip" is not a host name`},
+		{"https host not a name", "https:\n  names: [vip.example.net]\n  host: other.example.net\n", `bad.yaml:3: https.host: "other.example.net" is not one of https.names`},
 		{"resolver without port", "resolvers:\n  - 1.1.1.1:53\n  - 9.9.9.9\n", `bad.yaml:3: resolvers.1: "9.9.9.9" is not host:port`},
 		{"header too large", "http:\n  max_header_bytes: 1MiB\n", `bad.yaml:2: http.max_header_bytes: 1048576 is outside 1KiB..64KiB`},
 		{"bad size", "http:\n  max_header_bytes: lots\n", `bad.yaml:2: http.max_header_bytes: "lots" is not a size`},
@@ -127,5 +136,26 @@ func TestFlagsOverride(t *testing.T) {
 	_ = fs.Parse([]string{"-vip", "nope"})
 	if err := f.Apply(c); err == nil || !strings.Contains(err.Error(), `flag -vip: "nope" is not an IPv4 address`) {
 		t.Errorf("bad flag error = %v", err)
+	}
+}
+
+// TestHTTPSPorts: shard i's port is shard_ports[i], by default 443, 8443,
+// 8444, ...
+func TestHTTPSPorts(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want []uint16
+	}{
+		{"", []uint16{443}},
+		{"https:\n  shards: 3\n", []uint16{443, 8443, 8444}},
+		{"https:\n  shards: 2\n  shard_ports: [4443, 4444, 4445]\n", []uint16{4443, 4444}},
+	} {
+		c2, err := Parse("x.yaml", []byte(c.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c2.HTTPS.Ports(); !slices.Equal(got, c.want) {
+			t.Errorf("%q: ports %v, want %v", c.yaml, got, c.want)
+		}
 	}
 }

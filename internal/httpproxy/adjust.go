@@ -73,16 +73,16 @@ func vipCookie(values []string, origin *url.URL) string {
 	return rewrite.CookieHeader(strings.Join(values, "; "), origin)
 }
 
-// vipReferer maps a Referer in VIP form back to the origin URL; keep is
-// false when it is in VIP form but not a valid VIP path (the header is then
-// dropped). Other values come back unchanged.
+// vipReferer maps a Referer in VIP form (http://VIP/ or one of the https
+// VIP origins) back to the origin URL; keep is false when it is in VIP
+// form but not a valid VIP path (the header is then dropped). Other values
+// come back unchanged.
 func vipReferer(ref string, rw *rewrite.Rewriter) (v string, keep bool) {
-	prefix := "http://" + rw.VIP() + "/"
-	if !strings.HasPrefix(ref, prefix) {
+	u, isVIP, err := rw.FromVIPURL(ref)
+	switch {
+	case !isVIP:
 		return ref, true
-	}
-	u, err := rewrite.ParseVIPPath(ref[len(prefix)-1:])
-	if err != nil {
+	case err != nil:
 		return "", false
 	}
 	return u.String(), true

@@ -254,6 +254,11 @@ func (p *Proxy) isVIPHost(host string, local netip.AddrPort) bool {
 	if h == "" || h == p.vipStr {
 		return true
 	}
+	for _, n := range p.vipNames {
+		if strings.EqualFold(h, n) {
+			return true
+		}
+	}
 	a, err := netip.ParseAddr(h)
 	return err == nil && (a.Unmap() == p.vip || local.IsValid() && a.Unmap() == local.Addr())
 }

@@ -364,6 +364,8 @@ type pepdOpts struct {
 	optimize      *optimize.Policy                // Options.Optimize
 	cache         *cachepolicy.Policy             // Options.Cache
 	log           *slog.Logger                    // nil: every line to t.Log (testLogger)
+	origins       []string                        // rewrite.Config.Origins (https VIP origins)
+	vipNames      []string                        // Options.VIPNames
 }
 
 var testVIP = netip.MustParseAddr("192.0.2.12")
@@ -384,7 +386,7 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 	if log == nil {
 		log = testLogger(t)
 	}
-	rw, err := rewrite.New(testVIP.String(), rewrite.Config{}, log, nil)
+	rw, err := rewrite.New(testVIP.String(), rewrite.Config{Origins: o.origins}, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +396,7 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 	}
 	sw := mode.NewSwitch(o.mode)
 	p, err := New(Options{
-		VIP: testVIP, Squid: o.squid, SquidProxyProtocol: o.proxyProtocol, Mode: sw, Log: log, Metrics: m,
+		VIP: testVIP, VIPNames: o.vipNames, Squid: o.squid, SquidProxyProtocol: o.proxyProtocol, Mode: sw, Log: log, Metrics: m,
 		UpstreamTimeout: cmp.Or(o.upTimeout, 10*time.Second), UpstreamIdle: o.upIdle, Optimize: o.optimize, Cache: o.cache,
 		Settings: Settings{
 			Policy:       guard.New(guard.Options{Subscribers: subs, AllowedPorts: o.ports, Allow: allow, Self: []netip.Addr{testVIP}}),

@@ -56,6 +56,10 @@ const HealthPath = "/.pep/healthz"
 type Options struct {
 	// VIP is the caching proxy's address as subscribers see it. Required.
 	VIP netip.Addr
+	// VIPNames are the VIP's DNS names (config https.names, lowercase): a
+	// request whose Host is one of them is for the VIP (vip_path), as one
+	// to the VIP address is.
+	VIPNames []string
 	// Squid is Squid's forward-proxy port, host:port. Required.
 	Squid string
 	// SquidProxyProtocol sends a PROXY protocol v1 header with the
@@ -122,6 +126,7 @@ type Settings struct {
 type Proxy struct {
 	vip        netip.Addr
 	vipStr     string
+	vipNames   []string
 	mode       *mode.Switch
 	opt        *optimize.Policy
 	cache      *cachepolicy.Policy
@@ -159,6 +164,7 @@ func New(o Options) (*Proxy, error) {
 	p := &Proxy{
 		vip:       o.VIP.Unmap(),
 		vipStr:    o.VIP.Unmap().String(),
+		vipNames:  o.VIPNames,
 		mode:      o.Mode,
 		opt:       o.Optimize,
 		cache:     o.Cache,

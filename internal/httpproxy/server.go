@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,6 +60,14 @@ type Limits struct {
 	// Radio are socket options for every accepted subscriber connection
 	// (issue 11, "a short radio queue"); the zero value sets none.
 	Radio RadioOptions
+	// MaxStreams bounds the concurrent HTTP/2 streams of one TLS
+	// connection to the VIP (ServeTLS; SETTINGS_MAX_CONCURRENT_STREAMS,
+	// RFC 9113 §6.5.2). Zero means 100.
+	MaxStreams int
+	// MaxStreamsPerSubscriber bounds the concurrent requests over TLS of
+	// one source address, all its connections together; more are answered
+	// 429 "too many concurrent requests". Zero means 512.
+	MaxStreamsPerSubscriber int
 }
 
 // RadioOptions are TCP socket options of subscriber-facing connections,
@@ -141,9 +150,15 @@ type Server struct {
 	// per-subscriber limit (logged once; every one is counted).
 	perSubWarned atomic.Bool
 
-	relayOff  bool // tests and benchmarks: serve every connection with net/http
-	hl        *handoffListener
-	hlOnce    sync.Once
+	relayOff bool // tests and benchmarks: serve every connection with net/http
+	hl       *handoffListener
+	hlOnce   sync.Once
+	// tlsSrv serves the connections ServeTLS takes (HTTP/2 and HTTP/1.1
+	// over TLS), with the same Proxy.ServeHTTP as srv; fed by tlsHL.
+	tlsSrv    *http.Server
+	tlsHL     *handoffListener
+	tlsOnce   sync.Once
+	streams   subscriberConns // requests in flight over TLS per subscriber
 	mu        sync.Mutex
 	relayed   map[*conn]struct{}    // connections the relay serves now
 	listeners map[net.Listener]bool // being served by Serve
@@ -169,6 +184,12 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 	if lim.MaxConns == 0 {
 		lim.MaxConns = 10000
 	}
+	if lim.MaxStreams == 0 {
+		lim.MaxStreams = 100
+	}
+	if lim.MaxStreamsPerSubscriber == 0 {
+		lim.MaxStreamsPerSubscriber = 512
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -176,7 +197,19 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 		m = p.m
 	}
 	s := &Server{p: p, lim: lim, m: m, sem: make(chan struct{}, lim.MaxConns), done: make(chan struct{}), log: log.With("component", "httpproxy"),
-		hl: newHandoffListener(), relayed: make(map[*conn]struct{}), listeners: make(map[net.Listener]bool)}
+		hl: newHandoffListener(), tlsHL: newHandoffListener(), relayed: make(map[*conn]struct{}), listeners: make(map[net.Listener]bool)}
+	connContext := func(ctx context.Context, c net.Conn) context.Context {
+		if cc := baseConn(c); cc != nil {
+			return context.WithValue(ctx, connCtxKey{}, cc)
+		}
+		return ctx
+	}
+	connState := func(c net.Conn, st http.ConnState) {
+		if cc := baseConn(c); cc != nil && st == http.StateIdle {
+			cc.active.Store(false)
+			cc.idle.Store(true)
+		}
+	}
 	s.srv = &http.Server{
 		Handler:                      p,
 		ReadHeaderTimeout:            lim.ReadHeaderTimeout,
@@ -184,17 +217,23 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 		MaxHeaderBytes:               lim.MaxHeaderBytes,
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if cc := baseConn(c); cc != nil {
-				return context.WithValue(ctx, connCtxKey{}, cc)
-			}
-			return ctx
-		},
-		ConnState: func(c net.Conn, st http.ConnState) {
-			if cc := baseConn(c); cc != nil && st == http.StateIdle {
-				cc.active.Store(false)
-				cc.idle.Store(true)
-			}
+		ConnContext:                  connContext,
+		ConnState:                    connState,
+	}
+	s.tlsSrv = &http.Server{
+		Handler:                      http.HandlerFunc(s.serveTLSRequest),
+		ReadHeaderTimeout:            lim.ReadHeaderTimeout,
+		IdleTimeout:                  lim.IdleTimeout,
+		MaxHeaderBytes:               lim.MaxHeaderBytes,
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnContext:                  connContext,
+		ConnState:                    connState,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: lim.MaxStreams,
+			// A reader that takes no byte of a frame for this long is
+			// closed, as WriteTimeout does on HTTP/1.1 (the slow reader).
+			WriteByteTimeout: lim.WriteTimeout,
 		},
 	}
 	return s
@@ -207,8 +246,81 @@ func baseConn(c net.Conn) *conn {
 		return c
 	case *handoffConn:
 		return c.conn
+	case *tls.Conn:
+		return baseConn(c.NetConn())
+	case *replayConn:
+		return baseConn(c.Conn)
 	}
 	return nil
+}
+
+// ServeTLS serves c, a TLS connection to the VIP's own HTTPS origin that
+// the SNI splice handed over (issue 25; viptls.Terminator.Serve): hello
+// is its ClientHello, already read, cfg the VIP's TLS configuration. The
+// connection counts against MaxConns (closed at once when they are all
+// taken) and MaxConnsPerSubscriber like any other; its requests, HTTP/2
+// (ALPN h2) or HTTP/1.1, go to the same Proxy.ServeHTTP as the standard
+// library path's, so that they are decided, sent to Squid, adjusted and
+// marked as every other request (one request path), bounded by
+// MaxStreams per connection and MaxStreamsPerSubscriber. It returns at
+// once; c is served until it closes or Shutdown.
+func (s *Server) ServeTLS(c net.Conn, hello []byte, cfg *tls.Config) {
+	if s.closing() {
+		c.Close()
+		return
+	}
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		s.m.limitWaits.Inc()
+		s.m.refused.WithLabelValues("connection limit").Inc()
+		c.Close()
+		return
+	}
+	cc, ok := s.newConn(c)
+	if !ok {
+		<-s.sem
+		return
+	}
+	s.tlsOnce.Do(func() { go s.tlsSrv.Serve(s.tlsHL) })
+	tc := tls.Server(&replayConn{Conn: cc, buf: hello}, cfg)
+	select {
+	case s.tlsHL.ch <- tc:
+	case <-s.tlsHL.closed:
+		tc.Close()
+	}
+}
+
+// serveTLSRequest is the TLS server's handler: Proxy.ServeHTTP within the
+// per-subscriber bound on requests in flight.
+func (s *Server) serveTLSRequest(w http.ResponseWriter, r *http.Request) {
+	src := netip.Addr{}
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		src = ap.Addr().Unmap()
+	}
+	if !s.streams.take(src, s.lim.MaxStreamsPerSubscriber) {
+		s.m.refused.WithLabelValues("per-subscriber stream limit").Inc()
+		httpError(w, http.StatusTooManyRequests, "too many concurrent requests")
+		return
+	}
+	defer s.streams.release(src)
+	s.p.ServeHTTP(w, r)
+}
+
+// replayConn reads buf (a ClientHello the splice read) before the
+// connection's own bytes.
+type replayConn struct {
+	net.Conn
+	buf []byte
+}
+
+func (r *replayConn) Read(p []byte) (int, error) {
+	if len(r.buf) > 0 {
+		n := copy(p, r.buf)
+		r.buf = r.buf[n:]
+		return n, nil
+	}
+	return r.Conn.Read(p)
 }
 
 // Serve accepts connections on l until Shutdown; it returns
@@ -321,6 +433,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 			s.mu.Unlock()
 			s.srv.Close()
+			s.tlsSrv.Close()
 			return ctx.Err()
 		case <-time.After(poll):
 			poll = min(2*poll, 100*time.Millisecond)
@@ -328,6 +441,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	err := s.srv.Shutdown(ctx)
 	s.hl.Close()
+	s.tlsHL.Close()
+	if e := s.tlsSrv.Shutdown(ctx); err == nil {
+		err = e
+	}
 	return err
 }
 
@@ -394,20 +511,32 @@ func (l *listener) Accept() (net.Conn, error) {
 		<-l.s.sem
 		return nil, err
 	}
-	src := remoteAddr(c)
-	if !l.s.perSub.take(src, l.s.lim.MaxConnsPerSubscriber) {
+	cc, ok := l.s.newConn(c)
+	if !ok {
 		<-l.s.sem
-		c.Close()
-		l.s.m.refused.WithLabelValues("per-subscriber connection limit").Inc()
-		if l.s.perSubWarned.CompareAndSwap(false, true) {
-			l.s.log.Warn("subscriber connection closed at accept: per-subscriber limit reached (logged once; counted in pep_http_refused_total)",
-				"subscriber", src, "limit", l.s.lim.MaxConnsPerSubscriber, "key", "http.max_conns_per_subscriber")
-		}
 		return l.Accept()
 	}
-	l.s.m.conns.Inc()
-	l.s.m.openConns.Inc()
-	cc := &conn{s: l.s, src: src}
+	return cc, nil
+}
+
+// newConn wraps an accepted connection: the per-subscriber bound (false:
+// c closed, counted, logged once), metrics, the original destination,
+// radio socket options, byte counts and raw system calls. The caller holds
+// a place in s.sem, which the connection's Close gives back.
+func (s *Server) newConn(c net.Conn) (*conn, bool) {
+	src := remoteAddr(c)
+	if !s.perSub.take(src, s.lim.MaxConnsPerSubscriber) {
+		c.Close()
+		s.m.refused.WithLabelValues("per-subscriber connection limit").Inc()
+		if s.perSubWarned.CompareAndSwap(false, true) {
+			s.log.Warn("subscriber connection closed at accept: per-subscriber limit reached (logged once; counted in pep_http_refused_total)",
+				"subscriber", src, "limit", s.lim.MaxConnsPerSubscriber, "key", "http.max_conns_per_subscriber")
+		}
+		return nil, false
+	}
+	s.m.conns.Inc()
+	s.m.openConns.Inc()
+	cc := &conn{s: s, src: src}
 	if od, ok := c.(interface {
 		OriginalDst() (netip.AddrPort, bool)
 	}); ok {
@@ -419,11 +548,11 @@ func (l *listener) Accept() (net.Conn, error) {
 	if u, ok := c.(interface{ NetConn() net.Conn }); ok {
 		nc = u.NetConn() // the original destination is read: the TCP connection itself from here on
 	}
-	if err := l.s.lim.Radio.apply(nc); err != nil && l.s.radioWarned.CompareAndSwap(false, true) {
-		l.s.log.Warn("radio socket options not applied (logged once)", "err", err)
+	if err := s.lim.Radio.apply(nc); err != nil && s.radioWarned.CompareAndSwap(false, true) {
+		s.log.Warn("radio socket options not applied (logged once)", "err", err)
 	}
-	cc.countConn = countConn{Conn: newRawConn(nc), in: l.s.m.clientIn, out: l.s.m.clientOut}
-	return cc, nil
+	cc.countConn = countConn{Conn: newRawConn(nc), in: s.m.clientIn, out: s.m.clientOut}
+	return cc, true
 }
 
 // conn is a subscriber connection.

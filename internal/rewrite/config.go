@@ -32,6 +32,14 @@ type Config struct {
 	// BrotliQuality is the brotli quality used to encode a rewritten br body
 	// again, 0 to 11. Zero means 5.
 	BrotliQuality int `yaml:"brotli_quality"`
+	// Origins are the VIP origins rewritten URLs are written under, each
+	// "scheme://host[:port]" in lowercase with http or https and a host
+	// that is the VIP (its address or one of its names): with one, every
+	// object goes there; with k, each object host goes to the one its
+	// FNV-1a hash picks (HTTP/2-Advance's k connections, seed 004). Empty
+	// means "http://VIP", the paper's url mode. Set by pepd from its https
+	// section, not read from YAML.
+	Origins []string `yaml:"-"`
 }
 
 // Defaults of Config's fields.

@@ -89,7 +89,7 @@ type doc struct {
 
 func (r *Rewriter) newDoc(u *url.URL) *doc {
 	d := &doc{docURL: u}
-	d.u = urlRewriter{vip: r.vip, vipHost: r.vipHost, base: newBase(u), absOnly: r.absOnly, noURLs: r.noURLs}
+	d.u = urlRewriter{vip: &r.origins, base: newBase(u), absOnly: r.absOnly, noURLs: r.noURLs}
 	return d
 }
 

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -23,7 +25,7 @@ import (
 // Rewriter rewrites documents for one VIP. It is safe for concurrent use.
 type Rewriter struct {
 	vip      string // authority in VIP-form URLs: "192.0.2.12", "[2001:db8::1]:8080"
-	vipHost  string // vip without port
+	origins  vipOrigins
 	cfg      Config
 	htmlTyp  map[string]bool
 	cssTyp   map[string]bool
@@ -47,12 +49,16 @@ func New(vip string, cfg Config, log *slog.Logger, m *Metrics) (*Rewriter, error
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	origins, err := newVIPOrigins(auth, host, cfg.Origins)
+	if err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Rewriter{
 		vip:     auth,
-		vipHost: host,
+		origins: origins,
 		cfg:     cfg,
 		htmlTyp: make(map[string]bool),
 		cssTyp:  make(map[string]bool),
@@ -70,6 +76,74 @@ func New(vip string, cfg Config, log *slog.Logger, m *Metrics) (*Rewriter, error
 
 // VIP returns the authority VIP-form URLs carry, e.g. "192.0.2.12".
 func (r *Rewriter) VIP() string { return r.vip }
+
+// vipOrigins are the origins VIP-form URLs are written under.
+type vipOrigins struct {
+	// origins are "scheme://authority" without a slash at the end; an
+	// object host goes to origins[shard(host)].
+	origins []string
+	// hosts are the lowercase hosts (no port) that are the VIP: URLs on
+	// them are already in VIP form.
+	hosts []string
+	// plain is "http://" + the VIP authority, the paper's url mode, always
+	// served (FromVIPURL maps it back whatever Origins say).
+	plain string
+}
+
+// newVIPOrigins checks origins (Config.Origins) and returns them with
+// the VIP's own authority and host; no origins means http://VIP.
+func newVIPOrigins(auth, host string, origins []string) (vipOrigins, error) {
+	v := vipOrigins{hosts: []string{host}, plain: "http://" + auth}
+	if len(origins) == 0 {
+		v.origins = []string{v.plain}
+		return v, nil
+	}
+	for _, o := range origins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Host != strings.ToLower(u.Host) {
+			return vipOrigins{}, fmt.Errorf("rewrite: origin %q is not a lowercase http or https origin (scheme://host[:port])", o)
+		}
+		v.origins = append(v.origins, u.Scheme+"://"+u.Host)
+		if h := u.Hostname(); !slices.Contains(v.hosts, h) {
+			if strings.IndexByte(h, ':') >= 0 {
+				h = "[" + h + "]"
+			}
+			v.hosts = append(v.hosts, h)
+		}
+	}
+	return v, nil
+}
+
+// shard is the index of the origin an object host (lowercase authority,
+// "host[:port]") goes to: FNV-1a (32 bit) of the authority modulo the
+// number of origins, so that a host always goes to the same origin (its
+// objects share a connection, its cookies one path) whatever the page.
+func shard[T string | []byte](auth T, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(auth); i++ {
+		h ^= uint32(auth[i])
+		h *= 16777619
+	}
+	return int(h % uint32(n))
+}
+
+func (v *vipOrigins) pick(auth string) string { return v.origins[shard(auth, len(v.origins))] }
+
+func (v *vipOrigins) pickBytes(auth []byte) string { return v.origins[shard(auth, len(v.origins))] }
+
+// isVIP reports whether host (lowercase, no port) is the VIP.
+func (v *vipOrigins) isVIP(host []byte) bool {
+	for _, h := range v.hosts {
+		if string(host) == h {
+			return true
+		}
+	}
+	return false
+}
 
 // parseVIP checks a VIP given as address or address:port and returns the
 // authority as it goes into URLs and its host part.

@@ -171,8 +171,7 @@ const (
 
 // urlRewriter holds the per-document state used while rewriting URLs.
 type urlRewriter struct {
-	vip     string // VIP authority, e.g. "192.0.2.12" or "192.0.2.12:8080"
-	vipHost string // VIP host without port, lowercase
+	vip     *vipOrigins
 	base    base
 	absOnly bool // rewrite absolute http: URLs only (the fuzz property's mode)
 	noURLs  bool // rewrite no URL at all (the identity test's mode)
@@ -268,8 +267,7 @@ func (u *urlRewriter) url(dst, raw []byte, ctx context) (int, []byte) {
 	}
 	// Resolve against the base (RFC 3986 section 5.2.2, dot segments as the
 	// WHATWG URL standard: "%2e" counts as ".").
-	t := append(u.scratch[:0], "http://"...)
-	t = append(t, u.vip...)
+	t := append(u.scratch[:0], u.vip.pick(u.base.auth)...)
 	t = append(t, '/')
 	t = append(t, u.base.auth...)
 	pathEnd := 0
@@ -339,7 +337,7 @@ func (u *urlRewriter) absolute(dst, lead, s []byte, end int, trail []byte) (int,
 	if !ok || !validAuthority(la) {
 		return urlUnsafe, dst
 	}
-	if string(host) == u.vipHost {
+	if u.vip.isVIP(host) {
 		return urlNotApplicable, dst // already in VIP form (or the VIP itself)
 	}
 	rest := s[end:]
@@ -353,8 +351,7 @@ func (u *urlRewriter) absolute(dst, lead, s []byte, end int, trail []byte) (int,
 		return urlUnsafe, dst
 	}
 	dst = append(dst, lead...)
-	dst = append(dst, "http://"...)
-	dst = append(dst, u.vip...)
+	dst = append(dst, u.vip.pickBytes(la)...)
 	dst = append(dst, '/')
 	dst = append(dst, la...)
 	dst = append(dst, rest...)

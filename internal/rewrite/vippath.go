@@ -99,7 +99,8 @@ func ParseVIPPath(target string) (*url.URL, error) {
 }
 
 // VIPURL returns the VIP form of an origin URL, "http://VIP/host[:port]/
-// path?query#fragment", and true; or "" and false when u is not one the
+// path?query#fragment" (or under the origin Config.Origins gives its
+// host), and true; or "" and false when u is not one the
 // rewriter would put under the VIP: not http:, no host, userinfo, a host
 // that is not [a-z0-9._-] or an IPv6 literal, or the VIP itself.
 func (r *Rewriter) VIPURL(u *url.URL) (string, bool) {
@@ -108,12 +109,11 @@ func (r *Rewriter) VIPURL(u *url.URL) (string, bool) {
 	}
 	auth := strings.ToLower(u.Host)
 	host, _, ok := splitAuthority(auth)
-	if !ok || !validAuthority(auth) || host == r.vipHost {
+	if !ok || !validAuthority(auth) || r.origins.isVIP([]byte(host)) {
 		return "", false
 	}
 	var b strings.Builder
-	b.WriteString("http://")
-	b.WriteString(r.vip)
+	b.WriteString(r.origins.pick(auth))
 	b.WriteByte('/')
 	b.WriteString(auth)
 	p := u.EscapedPath()
@@ -130,6 +130,21 @@ func (r *Rewriter) VIPURL(u *url.URL) (string, bool) {
 		b.WriteString(u.EscapedFragment())
 	}
 	return b.String(), true
+}
+
+// FromVIPURL maps an absolute URL in VIP form (under the plain
+// http://VIP origin or one of Config.Origins) back to its origin URL: the
+// Referer of a request for a VIP-form object. isVIP is false when s is not
+// under a VIP origin (s is then no concern of the VIP); err is a
+// *PathError when it is, but its path is not a valid VIP path.
+func (r *Rewriter) FromVIPURL(s string) (u *url.URL, isVIP bool, err error) {
+	for _, o := range append([]string{r.origins.plain}, r.origins.origins...) {
+		if len(s) > len(o) && s[len(o)] == '/' && strings.EqualFold(s[:len(o)], o) {
+			u, err := ParseVIPPath(s[len(o):])
+			return u, true, err
+		}
+	}
+	return nil, false, nil
 }
 
 // Location maps the Location header of a response to a VIP-path request

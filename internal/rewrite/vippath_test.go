@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -141,5 +142,64 @@ func TestCookieHeader(t *testing.T) {
 	pair := set[:len("shop.com|cart=42")]
 	if got := CookieHeader(pair+"; other.com|cart=7", origin); got != "cart=42" {
 		t.Errorf("round trip: %q", got)
+	}
+}
+
+// TestOrigins: with Config.Origins each object host goes to the origin
+// FNV-1a (32 bit) of its authority picks, modulo k (values below checked
+// with an independent FNV-1a: a.com 0, img.cdn.test 2, www.foo.com 1,
+// static.example.com:8080 0), in HTML, CSS, relative URLs, VIPURL and
+// Location; URLs already on any VIP origin stay; FromVIPURL maps every
+// VIP origin back, the plain http://VIP too.
+func TestOrigins(t *testing.T) {
+	origins := []string{"https://192.0.2.12", "https://192.0.2.12:8443", "https://vip.example.net:8444"}
+	r, err := New("192.0.2.12", Config{Origins: origins}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := `<img src="http://a.com/x.png"><img src="http://IMG.cdn.test/y.png"><script src="/app.js"></script>` +
+		`<link rel=stylesheet href="http://static.example.com:8080/s.css"><img src="https://b.example.net/z.png">` +
+		`<img src="http://192.0.2.12/a.com/x.png"><img src="https://vip.example.net:8444/a.com/x.png"><a href="http://a.com/">a</a>` +
+		`<style>body{background:url(http://img.cdn.test/bg.png)}</style>`
+	want := `<img src="https://192.0.2.12/a.com/x.png"><img src="https://vip.example.net:8444/img.cdn.test/y.png"><script src="https://192.0.2.12:8443/www.foo.com/app.js"></script>` +
+		`<link rel=stylesheet href="https://192.0.2.12/static.example.com:8080/s.css"><img src="https://b.example.net/z.png">` +
+		`<img src="http://192.0.2.12/a.com/x.png"><img src="https://vip.example.net:8444/a.com/x.png"><a href="http://a.com/">a</a>` +
+		`<style>body{background:url(https://vip.example.net:8444/img.cdn.test/bg.png)}</style>`
+	var out strings.Builder
+	if _, err := r.HTML(&out, strings.NewReader(in), mustURL(t, "http://www.foo.com/index.html")); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != want {
+		t.Errorf("HTML:\n got %s\nwant %s", out.String(), want)
+	}
+	if v, _ := r.VIPURL(mustURL(t, "http://www.foo.com/p?q")); v != "https://192.0.2.12:8443/www.foo.com/p?q" {
+		t.Errorf("VIPURL = %q", v)
+	}
+	if v, _ := r.Location("/next", mustURL(t, "http://img.cdn.test/a")); v != "https://vip.example.net:8444/img.cdn.test/next" {
+		t.Errorf("Location = %q", v)
+	}
+	for _, c := range []struct {
+		in, want string
+		isVIP    bool
+	}{
+		{"http://192.0.2.12/a.com/x?y", "http://a.com/x?y", true},
+		{"https://192.0.2.12:8443/www.foo.com/", "http://www.foo.com/", true},
+		{"https://vip.example.net:8444/img.cdn.test:81/z", "http://img.cdn.test:81/z", true},
+		{"https://192.0.2.12:8445/a.com/x", "", false},
+		{"http://a.com/x", "", false},
+	} {
+		u, isVIP, err := r.FromVIPURL(c.in)
+		got := ""
+		if u != nil {
+			got = u.String()
+		}
+		if isVIP != c.isVIP || got != c.want || err != nil {
+			t.Errorf("FromVIPURL(%q) = %q, %v, %v; want %q, %v", c.in, got, isVIP, err, c.want, c.isVIP)
+		}
+	}
+	for _, bad := range []string{"ftp://192.0.2.12", "https://192.0.2.12/x", "https://VIP.example.net", "https://"} {
+		if _, err := New("192.0.2.12", Config{Origins: []string{bad}}, nil, nil); err == nil {
+			t.Errorf("origin %q accepted", bad)
+		}
 	}
 }

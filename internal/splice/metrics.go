@@ -8,11 +8,12 @@ import (
 // metrics are the splice's Prometheus metrics (namespace pep, subsystem
 // splice); README.md lists them.
 type metrics struct {
-	splices prometheus.Counter
-	resets  *prometheus.CounterVec // reason
-	bytes   *prometheus.CounterVec // direction
-	open    prometheus.Gauge
-	dial    prometheus.Histogram
+	splices    prometheus.Counter
+	terminated prometheus.Counter
+	resets     *prometheus.CounterVec // reason
+	bytes      *prometheus.CounterVec // direction
+	open       prometheus.Gauge
+	dial       prometheus.Histogram
 }
 
 // Reasons a connection is reset; the "reason" label of
@@ -34,6 +35,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return &metrics{
 		splices: f.NewCounter(prometheus.CounterOpts{Namespace: "pep", Subsystem: "splice", Name: "splices_total",
 			Help: "TLS connections spliced to the origin named by their SNI."}),
+		terminated: f.NewCounter(prometheus.CounterOpts{Namespace: "pep", Subsystem: "splice", Name: "terminated_total",
+			Help: "TLS connections for the VIP's own HTTPS origin, handed to it instead of spliced."}),
 		resets: f.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "splice", Name: "resets_total",
 			Help: "TLS connections reset (SO_LINGER 0) by reason: not_subscriber, no_sni, bad_hello, bad_sni, timeout, resolve, denied, dial, shutdown."},
 			[]string{"reason"}),

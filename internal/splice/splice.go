@@ -55,6 +55,22 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer gets the pep_splice_* metrics. Nil registers nothing.
 	Registerer prometheus.Registerer
+	// Terminator takes the connections whose ClientHello is for the VIP's
+	// own HTTPS origin (internal/viptls); nil: every connection is spliced.
+	Terminator Terminator
+}
+
+// Terminator is the VIP's own HTTPS origin (issue 25), which the Splicer
+// asks about every well-formed ClientHello from a subscriber before it
+// splices: the connection is routed once, at its first bytes.
+type Terminator interface {
+	// Wants reports whether a ClientHello with server name sni ("" when it
+	// has none) sent to dst (the original destination) is for the VIP.
+	Wants(sni string, dst netip.AddrPort) bool
+	// Terminate takes over c, whose ClientHello hello was read from it;
+	// it returns when it no longer needs the Splicer (it may keep serving
+	// c in goroutines of its own).
+	Terminate(c net.Conn, hello []byte)
 }
 
 // ErrServerClosed is returned by Serve and ListenAndServe when called
@@ -70,6 +86,7 @@ type Splicer struct {
 	dialT   time.Duration
 	log     *slog.Logger
 	m       *metrics
+	term    Terminator
 	mu      sync.Mutex
 	lns     map[net.Listener]struct{}
 	conns   map[net.Conn]struct{}
@@ -98,7 +115,7 @@ func New(o Options) (*Splicer, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Splicer{res: o.Resolver, guard: o.Guard.WithPorts(o.Port), port: o.Port,
-		hello: o.HelloTimeout, dialT: o.DialTimeout, log: o.Logger, m: newMetrics(o.Registerer),
+		hello: o.HelloTimeout, dialT: o.DialTimeout, log: o.Logger, m: newMetrics(o.Registerer), term: o.Terminator,
 		lns: map[net.Listener]struct{}{}, conns: map[net.Conn]struct{}{}}, nil
 }
 
@@ -236,6 +253,13 @@ func (s *Splicer) handle(c net.Conn) {
 	}
 	_ = c.SetReadDeadline(time.Now().Add(s.hello))
 	raw, sni, err := ReadClientHello(c)
+	if s.term != nil && (err == nil || errors.Is(err, ErrNoSNI)) && s.term.Wants(sni, originalDst(c)) {
+		_ = c.SetReadDeadline(time.Time{})
+		s.m.terminated.Inc()
+		s.log.Debug("terminate", "client", src.String(), "sni", sni)
+		s.term.Terminate(c, raw)
+		return
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrNoSNI):
@@ -289,6 +313,19 @@ func (s *Splicer) handle(c net.Conn) {
 	s.m.splices.Inc()
 	s.log.Debug("splice", "client", src.String(), "sni", sni, "origin", origin.RemoteAddr().String())
 	s.splice(c, origin, raw)
+}
+
+// originalDst is where c was sent before nftables steered it (an
+// intercept.Conn), else its local address.
+func originalDst(c net.Conn) netip.AddrPort {
+	if od, ok := c.(interface {
+		OriginalDst() (netip.AddrPort, bool)
+	}); ok {
+		a, _ := od.OriginalDst()
+		return a
+	}
+	a, _ := netip.ParseAddrPort(c.LocalAddr().String())
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 }
 
 // splice replays hello to origin and copies both ways; each direction's

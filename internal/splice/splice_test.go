@@ -25,6 +25,8 @@ import (
 	"pep/internal/dnsproxy"
 	"pep/internal/dnsproxy/dnsmasqtest"
 	"pep/internal/guard"
+	"pep/internal/viptls"
+	"pep/internal/viptls/viptlstest"
 )
 
 type tWriter struct{ t testing.TB }
@@ -199,5 +201,112 @@ func TestSpliceResets(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.m.splices); got != 0 {
 		t.Errorf("pep_splice_splices_total = %v, want 0", got)
+	}
+}
+
+// replay reads buf before the connection's own bytes.
+type replay struct {
+	net.Conn
+	buf []byte
+}
+
+func (r *replay) Read(p []byte) (int, error) {
+	if len(r.buf) > 0 {
+		n := copy(p, r.buf)
+		r.buf = r.buf[n:]
+		return n, nil
+	}
+	return r.Conn.Read(p)
+}
+
+// TestTerminate: with a Terminator (the VIP's own HTTPS origin,
+// internal/viptls), a ClientHello for the VIP's name, or without SNI to the
+// VIP address its certificate names, is terminated with the VIP's
+// certificate; any other name is still spliced to its origin with the
+// origin's certificate; a non-subscriber is reset even for the VIP.
+func TestTerminate(t *testing.T) {
+	addr, origin, s := setup(t, true)
+	ca, err := viptlstest.NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, kf, err := ca.WriteFiles(t.TempDir(), "vip.test", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := viptls.Load(cf, kf, []string{"vip.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The splice's listener is 127.0.0.1: its local address stands for
+	// the VIP (no nftables here).
+	term, err := viptls.NewTerminator(st, netip.MustParseAddr("127.0.0.1"), []string{"vip.test"}, func(c net.Conn, hello []byte, cfg *tls.Config) {
+		go func() {
+			tc := tls.Server(&replay{Conn: c, buf: hello}, cfg)
+			defer tc.Close()
+			if err := tc.Handshake(); err != nil {
+				return
+			}
+			io.WriteString(tc, "the VIP, over "+tc.ConnectionState().NegotiatedProtocol+"\n")
+		}()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.term = term
+	read := func(src, serverName string, roots *x509.CertPool) (string, error) {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+		c, err := tls.DialWithDialer(d, "tcp", addr, &tls.Config{ServerName: serverName, RootCAs: roots, NextProtos: []string{"h2", "http/1.1"}})
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		b, err := io.ReadAll(c)
+		return string(b), err
+	}
+	for _, name := range []string{"vip.test", "127.0.0.1"} { // an address: no SNI
+		got, err := read("127.0.0.1", name, ca.Pool())
+		if err != nil || got != "the VIP, over h2\n" {
+			t.Errorf("%s: %q, %v; want the VIP's answer", name, got, err)
+		}
+	}
+	if n := testutil.ToFloat64(s.m.terminated); n != 2 {
+		t.Errorf("pep_splice_terminated_total = %v, want 2", n)
+	}
+	// Every other name is spliced, with the origin's own certificate.
+	pool := x509.NewCertPool()
+	pool.AddCert(origin.Certificate())
+	c := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "www.foo.com", InsecureSkipVerify: true,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				if !cs.PeerCertificates[0].Equal(origin.Certificate()) {
+					return errors.New("not the origin's certificate")
+				}
+				return nil
+			}},
+	}}
+	resp, err := c.Get("https://www.foo.com/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "origin says hello to www.foo.com" {
+		t.Errorf("spliced body %q", body)
+	}
+	c.CloseIdleConnections()
+	// Not a subscriber: reset, never terminated.
+	if got, err := read("127.0.0.2", "vip.test", ca.Pool()); err == nil {
+		t.Errorf("non-subscriber got %q", got)
+	}
+	if n := testutil.ToFloat64(s.m.terminated); n != 2 {
+		t.Errorf("pep_splice_terminated_total = %v after a non-subscriber, want 2", n)
+	}
+	if n := testutil.ToFloat64(s.m.resets.WithLabelValues(ResetNotSubscriber)); n != 1 {
+		t.Errorf("not_subscriber resets = %v, want 1", n)
 	}
 }

@@ -1,0 +1,236 @@
+package httpproxy
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pep/internal/mode"
+	"pep/internal/viptls"
+	"pep/internal/viptls/viptlstest"
+)
+
+// tlsFront is the VIP's HTTPS origin in tests: a loopback listener whose
+// connections are handed to Server.ServeTLS, as the SNI splice hands them
+// over in pepd, with a certificate from a test CA for the VIP address and
+// vip.test.
+type tlsFront struct {
+	Addr string
+	CA   *viptlstest.CA
+}
+
+func startTLSFront(t *testing.T, p *pepd) *tlsFront {
+	t.Helper()
+	ca, err := viptlstest.NewCA("pep test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, kf, err := ca.WriteFiles(t.TempDir(), "vip.test", testVIP.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := viptls.Load(cf, kf, []string{"vip.test", testVIP.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.Config()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.Srv.ServeTLS(c, nil, cfg)
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return &tlsFront{Addr: ln.Addr().String(), CA: ca}
+}
+
+// client returns an HTTPS client from src that sends every request to the
+// front, trusting the test CA (never skipping verification); protos are
+// the ALPN protocols it offers: "h2" gives HTTP/2, "http/1.1" alone
+// HTTP/1.1 over TLS.
+func (f *tlsFront) client(src string, protos ...string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, f.Addr)
+		},
+		TLSClientConfig:    &tls.Config{RootCAs: f.CA.Pool(), NextProtos: protos},
+		DisableCompression: true,
+		ForceAttemptHTTP2:  true,
+	}
+	if len(protos) == 1 && protos[0] == "http/1.1" {
+		tr.ForceAttemptHTTP2 = false
+		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	}
+	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+var httpsVIPURLRE = regexp.MustCompile(`https://192\.0\.2\.12(:8443|:8444)?/([^/"')]+)/[^"')]*`)
+
+// tlsWorld is world with https VIP origins (k = len(origins)).
+func tlsWorld(t *testing.T, origins []string, lim Limits) (*pepd, *squid, *origin) {
+	ns := startDNS(t, siteRecords)
+	o := startOrigin(t, originIP, sitePages)
+	port := o.Addr.Port()
+	sc := siteSquidConf(t, ns, siteRecords, port)
+	sc.ProxyProtocol = true
+	sq := startSquid(t, sc)
+	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port},
+		origins: origins, vipNames: []string{"vip.test"}, limits: lim})
+	return p, sq, o
+}
+
+// TestTLSOrigin: url mode writes https VIP URLs over 3 shards (each host
+// always on one), and the VIP serves them over HTTP/2 and HTTP/1.1 over
+// TLS through the same path as plain HTTP: Squid (a second load is a
+// hit, the subscriber's address in access.log), CORS, the header diet,
+// CSS rewritten to the https origins, a Referer in https VIP form mapped
+// back to the origin URL.
+func TestTLSOrigin(t *testing.T) {
+	origins := []string{"https://192.0.2.12", "https://192.0.2.12:8443", "https://192.0.2.12:8444"}
+	p, sq, o := tlsWorld(t, origins, Limits{})
+	f := startTLSFront(t, p)
+	page := get(t, p.client("127.0.0.9"), "http://www.site.test:"+o.Port+"/", 200)
+	ms := httpsVIPURLRE.FindAllStringSubmatch(page, -1)
+	if len(ms) != 3 {
+		t.Fatalf("https VIP URLs %q, want 3 (style.css, app.js, logo.png):\n%s", ms, page)
+	}
+	shardOf := map[string]string{}
+	for _, m := range ms {
+		if prev, ok := shardOf[m[2]]; ok && prev != m[1] {
+			t.Errorf("host %s on two shards (%q and %q)", m[2], prev, m[1])
+		}
+		shardOf[m[2]] = m[1]
+	}
+	for _, keep := range []string{`<a href="http://www.site.test:` + o.Port + `/next.html">`, `src="https://img.cdn.test/secure.png"`} {
+		if !strings.Contains(page, keep) {
+			t.Errorf("%q was rewritten:\n%s", keep, page)
+		}
+	}
+	h2 := f.client("127.0.0.9", "h2")
+	fetch := func(c *http.Client, url string, hdr map[string]string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("GET %s: body: %v", url, err)
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
+		}
+		return resp, string(b)
+	}
+	want := map[string]string{"app.js": "console.log(1)", "logo.png": "PNG-logo"}
+	for load := 1; load <= 2; load++ {
+		for _, m := range ms {
+			hdr := map[string]string{"Referer": origins[1] + "/www.site.test:" + o.Port + "/"}
+			resp, body := fetch(h2, m[0], hdr)
+			if resp.ProtoMajor != 2 {
+				t.Errorf("%s: %s, want HTTP/2", m[0], resp.Proto)
+			}
+			if resp.Header.Get("Access-Control-Allow-Origin") != "*" {
+				t.Errorf("%s: no Access-Control-Allow-Origin: *", m[0])
+			}
+			for _, h := range []string{"Via", "X-Cache", "X-Cache-Lookup"} {
+				if v := resp.Header.Get(h); v != "" {
+					t.Errorf("%s: %s: %q reached the subscriber (header diet)", m[0], h, v)
+				}
+			}
+			name := m[0][strings.LastIndexByte(m[0], '/')+1:]
+			if w, ok := want[name]; ok && body != w {
+				t.Errorf("%s = %q, want %q", m[0], body, w)
+			}
+			if name == "style.css" {
+				bg := shardOf["static.other.test:"+o.Port] + "/static.other.test:" + o.Port + "/bg.png"
+				if wantCSS := "body{background:url(https://192.0.2.12" + bg + ")}"; body != wantCSS {
+					t.Errorf("css = %q, want %q", body, wantCSS)
+				}
+			}
+		}
+	}
+	if ref := o.lastHeader("img.cdn.test/logo.png").Get("Referer"); ref != "http://www.site.test:"+o.Port+"/" {
+		t.Errorf("origin got Referer %q, want the page's own URL", ref)
+	}
+	// HTTP/1.1 over TLS, on a new connection.
+	resp, body := fetch(f.client("127.0.0.9", "http/1.1"), "https://192.0.2.12/img.cdn.test:"+o.Port+"/logo.png", nil)
+	if resp.ProtoMajor != 1 || body != "PNG-logo" {
+		t.Errorf("HTTP/1.1 over TLS: %s %q", resp.Proto, body)
+	}
+	// The VIP's name in the URL is the VIP too (vip_path).
+	resp, body = fetch(h2, "https://vip.test/img.cdn.test:"+o.Port+"/logo.png", nil)
+	if body != "PNG-logo" {
+		t.Errorf("https://vip.test/...: %q", body)
+	}
+	for _, k := range []string{"www.site.test/app.js", "static.other.test/style.css", "img.cdn.test/logo.png"} {
+		if n := o.hitCount(k); n != 1 {
+			t.Errorf("origin saw %s %d times, want 1 (the rest from Squid's cache)", k, n)
+		}
+	}
+	lines := sq.accessLogWith(t, 5, "HIT", "127.0.0.9")
+	if len(lines) < 5 {
+		t.Errorf("access.log has %d hits from the subscriber 127.0.0.9, want at least 5:\n%s", len(lines), strings.Join(sq.accessLog(t), "\n"))
+	}
+}
+
+// TestTLSStreamLimit: a subscriber's requests over TLS beyond
+// MaxStreamsPerSubscriber are answered 429 while the others go on.
+func TestTLSStreamLimit(t *testing.T) {
+	p, _, o := tlsWorld(t, []string{"https://192.0.2.12"}, Limits{MaxStreamsPerSubscriber: 2})
+	f := startTLSFront(t, p)
+	c := f.client("127.0.0.9", "h2")
+	var wg sync.WaitGroup
+	codes := make(chan int, 3)
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// click.png takes 300 ms at the origin: the three overlap.
+			resp, err := c.Get("https://192.0.2.12/img.cdn.test:" + o.Port + "/click.png")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	n := map[int]int{}
+	for c := range codes {
+		n[c]++
+	}
+	if n[200] != 2 || n[429] != 1 {
+		t.Errorf("answers %v, want two 200 and one 429", n)
+	}
+	// Another subscriber is not held back.
+	start := time.Now()
+	if b := get(t, f.client("127.0.0.10", "h2"), "https://192.0.2.12/img.cdn.test:"+o.Port+"/logo.png", 200); b != "PNG-logo" {
+		t.Errorf("other subscriber: %q", b)
+	}
+	t.Logf("other subscriber served in %v", time.Since(start))
+}
