@@ -16,10 +16,11 @@ BUILD_PKGS := gcc pkg-config libvips-dev
 # Debian packages the tests and the testbed need; installed when missing
 # (webp: cwebp, the optimizer benchmark's peer; python3-skimage: SSIM for
 # make optimize-quality; curl: the glibc resolver check of
-# internal/dnsproxy; systemd: systemd-analyze for deploy's TestSystemdUnits).
+# internal/dnsproxy; systemd: systemd-analyze for deploy's TestSystemdUnits;
+# libnss3-tools: certutil, the testbed browser's trust store for the VIP's CA).
 DEB_PKGS := $(BUILD_PKGS) squid dnsmasq dnsutils chromium nftables iproute2 iptables ethtool \
             dnsperf wrk procps ca-certificates docker-compose prometheus haproxy \
-            webp python3-skimage python3-pil curl systemd
+            webp python3-skimage python3-pil curl systemd libnss3-tools
 
 .PHONY: help build build-deps install-pkgs test test-unit deps vet fmt clean bench soak
 

@@ -129,8 +129,14 @@ func (l *Listener) Accept() (net.Conn, error) {
 	switch l.kind {
 	case TPROXY:
 		// Connections made to the listener's own port on a local address
-		// are direct ones; anything else was steered by TPROXY.
+		// are direct ones, or REDIRECTed to it (pepd's TLS listener takes
+		// both: SO_ORIGINAL_DST tells); anything else was steered by TPROXY.
 		ic.intercepted = local.Port() != listenPort(l.Listener)
+		if tc, ok := c.(*net.TCPConn); ok && !ic.intercepted {
+			if od, err := OriginalDst(tc); err == nil && od != local {
+				ic.orig, ic.intercepted = od, true
+			}
+		}
 	case Redirect:
 		if tc, ok := c.(*net.TCPConn); ok {
 			if od, err := OriginalDst(tc); err == nil && od != local {

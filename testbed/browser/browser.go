@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,6 +94,12 @@ type Options struct {
 	// IgnoreCertErrors makes Chromium accept the testbed's test CA
 	// (--ignore-certificate-errors).
 	IgnoreCertErrors bool
+	// TrustCAs are CA certificates (PEM files) Chromium trusts as a phone
+	// trusts a public CA: put in an NSS store of the session's own
+	// ($HOME/.pki/nssdb, HOME set to a folder of the profile) with
+	// certutil (Debian libnss3-tools), trust "C,,". Certificate checks
+	// stay on; use it without IgnoreCertErrors.
+	TrustCAs []string
 	// ProfileDir is the folder in which the session makes its fresh
 	// profile folder ("chromium-*", removed on Close); "" means the
 	// system's temporary folder. Every Chromium process carries the
@@ -264,6 +271,33 @@ func Flags(opts Options) []string {
 	return append(f, tail...)
 }
 
+// nssHome makes profile/home/.pki/nssdb, the NSS store Chromium on Linux
+// reads from $HOME, trusting each CA in cas (PEM files) for TLS servers,
+// and returns the home folder. Errors carry certutil's output.
+func nssHome(profile string, cas []string) (string, error) {
+	home := filepath.Join(profile, "home")
+	db := filepath.Join(home, ".pki", "nssdb")
+	if err := os.MkdirAll(db, 0o700); err != nil {
+		return "", fmt.Errorf("browser: nss: %w", err)
+	}
+	run := func(args ...string) error {
+		out, err := exec.Command("certutil", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("browser: certutil %s: %w: %s (Debian package libnss3-tools)", strings.Join(args, " "), err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+	if err := run("-N", "-d", "sql:"+db, "--empty-password"); err != nil {
+		return "", err
+	}
+	for i, ca := range cas {
+		if err := run("-A", "-d", "sql:"+db, "-n", fmt.Sprintf("pep-ca-%d", i), "-t", "C,,", "-i", ca); err != nil {
+			return "", err
+		}
+	}
+	return home, nil
+}
+
 // Session is one browser with a fresh profile. Load pages one at a time;
 // Close ends the browser. A Session is not safe for concurrent Loads.
 type Session struct {
@@ -311,6 +345,13 @@ func NewSession(ctx context.Context, opts Options) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("browser: profile: %w", err)
 	}
+	var home string
+	if len(opts.TrustCAs) > 0 {
+		if home, err = nssHome(profile, opts.TrustCAs); err != nil {
+			os.RemoveAll(profile)
+			return nil, err
+		}
+	}
 	aopts := []chromedp.ExecAllocatorOption{chromedp.ExecPath(path), chromedp.UserDataDir(profile)}
 	for _, f := range Flags(opts) {
 		name, val, hasVal := strings.Cut(strings.TrimPrefix(f, "--"), "=")
@@ -326,6 +367,9 @@ func NewSession(ctx context.Context, opts Options) (*Session, error) {
 			cmd.SysProcAttr = &syscall.SysProcAttr{}
 		}
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		if home != "" {
+			cmd.Env = append(cmd.Environ(), "HOME="+home)
+		}
 		if ns != "" {
 			ip, _ := exec.LookPath("ip")
 			cmd.Path = ip
@@ -451,6 +495,10 @@ type Page struct {
 	// counted: the radio link's SYN counter sees those.
 	Conns, ConnsReused int
 	ConnsByIP          map[string]int
+	// Protocols counts responses by "remote-IP protocol" (Network.Response
+	// remoteIPAddress and protocol, e.g. "192.0.2.12 h2", "198.19.0.5
+	// http/1.1"), cached ones left out.
+	Protocols map[string]int
 	// Wall is the time Load took, settling included.
 	Wall time.Duration
 	// HAR is the load's HTTP archive (Options.HAR; nil without): every
@@ -502,6 +550,9 @@ func (n *netLog) event(ev any) {
 				n.page.ConnsByIP[r.RemoteIPAddress]++
 			}
 		}
+		if r := e.Response; r != nil && r.Protocol != "" && !r.FromDiskCache && !r.FromServiceWorker && !r.FromPrefetchCache {
+			n.page.Protocols[r.RemoteIPAddress+" "+r.Protocol]++
+		}
 		if e.Response != nil && e.Response.Status >= 400 && !n.httpError[e.RequestID] {
 			n.httpError[e.RequestID] = true
 			n.page.HTTPErrors++
@@ -547,7 +598,7 @@ const navTimingJS = `(() => { const e = performance.getEntriesByType('navigation
 // error. The browser keeps its connections between tabs, as a user's would.
 func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 	start := time.Now()
-	p := Page{URL: rawURL, Hosts: map[string]int{}, DocHosts: map[string]int{}, ConnsByIP: map[string]int{}}
+	p := Page{URL: rawURL, Hosts: map[string]int{}, DocHosts: map[string]int{}, ConnsByIP: map[string]int{}, Protocols: map[string]int{}}
 	n := &netLog{page: &p, seen: s.conns, used: map[float64]bool{}, inflight: map[network.RequestID]bool{},
 		httpError: map[network.RequestID]bool{}, last: start}
 	if s.opts.HAR {
@@ -616,6 +667,7 @@ func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 	n.mu.Lock()
 	out := p
 	out.Hosts, out.DocHosts, out.ConnsByIP = maps.Clone(p.Hosts), maps.Clone(p.DocHosts), maps.Clone(p.ConnsByIP)
+	out.Protocols = maps.Clone(p.Protocols)
 	if n.har != nil {
 		out.HAR = n.har.build(pageInfo{url: rawURL, userAgent: s.version, timeOrigin: nt.TimeOrigin, p: &out}, time.Now())
 	}

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -85,6 +86,7 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 			fmt.Fprintf(&b, "%s.\n\n", p.Description)
 		}
 		writeSummary(&b, v)
+		writeVIPOrigin(&b, v, r)
 		writeFig5(&b, v)
 		writeFig6(&b, v)
 		writePaint(&b, v)
@@ -155,6 +157,55 @@ func kbitString(k float64) string {
 		return fmt.Sprintf("%.4g Mbit/s", k/1000)
 	}
 	return fmt.Sprintf("%.4g kbit/s", k)
+}
+
+// writeVIPOrigin prints, for the url modes of a profile, the scheme and k
+// of the VIP URLs, the protocol the browser got the VIP's responses over
+// (most pages' vip_proto) and the browser's connections to the VIP per
+// page (median, min-max over pages and runs): url over HTTP/1.1 against
+// the VIP's HTTPS origin over HTTP/2 with k shards (issue 25).
+func writeVIPOrigin(b *bytes.Buffer, v View, r *Results) {
+	type acc struct {
+		scheme string
+		k      int
+		protos map[string]int
+		conns  []float64
+	}
+	per := map[string]*acc{}
+	for _, rec := range r.Records {
+		if rec.Profile != v.Profile.Name || rec.Scheme == "" {
+			continue
+		}
+		a := per[rec.Mode]
+		if a == nil {
+			a = &acc{scheme: rec.Scheme, k: rec.Shards, protos: map[string]int{}}
+			per[rec.Mode] = a
+		}
+		if rec.VIPProto != "" {
+			a.protos[rec.VIPProto]++
+		}
+		a.conns = append(a.conns, float64(rec.BrowserVIPConns))
+	}
+	if len(per) == 0 {
+		return
+	}
+	b.WriteString("### The VIP's origin per url mode\n\n")
+	b.WriteString("Scheme and k of the VIP URLs, the protocol most pages got the VIP's responses over, and the browser's new connections to the VIP per page (median, min-max over pages and runs).\n\n")
+	b.WriteString("| mode | scheme | k | protocol | VIP connections per page |\n|---|---|---:|---|---:|\n")
+	for _, m := range v.Modes {
+		a := per[m]
+		if a == nil {
+			continue
+		}
+		proto, n := "", 0
+		for p, c := range a.protos {
+			if c > n || c == n && p < proto {
+				proto, n = p, c
+			}
+		}
+		fmt.Fprintf(b, "| %s | %s | %d | %s | %s |\n", m, a.scheme, a.k, cmp.Or(proto, "-"), NewSpread(a.conns).Format(0))
+	}
+	b.WriteString("\n")
 }
 
 func writeFig5(b *bytes.Buffer, v View) {

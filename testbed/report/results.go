@@ -32,6 +32,13 @@ type Record struct {
 	Page    string `json:"page"`    // corpus page name
 	URL     string `json:"url"`     // top-level URL loaded
 	Seq     int    `json:"seq"`     // position of the page in its session, 0-based
+	// Scheme and Shards are the VIP URLs' scheme and k in url modes
+	// (http and 1 for url, https and k for url-https-kN; empty and 0
+	// elsewhere); VIPProto is the protocol most of the page's responses
+	// from the VIP came over ("h2", "http/1.1"; "" without any).
+	Scheme   string `json:"scheme,omitempty"`
+	Shards   int    `json:"shards,omitempty"`
+	VIPProto string `json:"vip_proto,omitempty"`
 
 	Loaded bool   `json:"loaded"`          // load event ended in time
 	Error  string `json:"error,omitempty"` // why not, when not loaded

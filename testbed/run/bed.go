@@ -13,6 +13,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"pep/internal/viptls/viptlstest"
 	"pep/netem"
 	"pep/testbed/corpus"
 	"pep/testbed/origin"
@@ -39,6 +40,11 @@ type Bed struct {
 	pep        *pep
 	mode       string
 	compress   string // origin.Compress
+	// vipCA and originCA are PEM files of the CA that issued the VIP's
+	// certificate (made per bed) and of the replay origin's CA, which a
+	// url-https-kN session's browser trusts (NSS); "" when the run has no
+	// such mode.
+	vipCA, originCA string
 }
 
 // BedOptions are what NewBed needs besides the run's Config.
@@ -117,11 +123,39 @@ func NewBed(ctx context.Context, rc Config, o BedOptions, log *slog.Logger) (b *
 		if err := b.squid.start(ctx, true); err != nil {
 			return b, err
 		}
-		if b.pep, err = startPEP(ctx, b, rc.Bin, rc.pepdSettings()); err != nil {
+		ps := rc.pepdSettings()
+		if anyHTTPS(rc.Modes) {
+			if ps.CertFile, ps.KeyFile, err = b.vipCertificate(); err != nil {
+				return b, err
+			}
+		}
+		if b.pep, err = startPEP(ctx, b, rc.Bin, ps); err != nil {
 			return b, err
 		}
 	}
 	return b, nil
+}
+
+// vipCertificate makes the bed's own CA, issues the VIP an IP-address
+// certificate from it (the stand-in for a public CA's, issue 25), writes
+// both CAs' PEM files for the browser's NSS store, and returns the
+// certificate and key files for pepd.
+func (b *Bed) vipCertificate() (certFile, keyFile string, err error) {
+	ca, err := viptlstest.NewCA("pep testbed VIP CA " + b.Topo.Config.Prefix)
+	if err != nil {
+		return "", "", err
+	}
+	if certFile, keyFile, err = ca.WriteFiles(b.work, b.Topo.Config.VIP.String()); err != nil {
+		return "", "", err
+	}
+	b.vipCA, b.originCA = filepath.Join(b.work, "vip-ca.pem"), filepath.Join(b.work, "origin-ca.pem")
+	if err := os.WriteFile(b.vipCA, ca.PEM, 0o644); err != nil {
+		return "", "", fmt.Errorf("run: %w", err)
+	}
+	if err := b.Origin.CA().WriteFile(b.originCA); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
 }
 
 // startOrigin serves the corpus from core on every origin address (the

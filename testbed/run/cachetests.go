@@ -157,7 +157,7 @@ func CacheTests(ctx context.Context, o CacheTestsOptions, log *slog.Logger) (rep
 		port int
 	}{{TargetSquid, SquidIntercept}, {TargetPepd, PepdHTTPPort}} {
 		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", tc.GWNS(), "nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(ruleset(tc, "off", t.port))
+		cmd.Stdin = strings.NewReader(ruleset(tc, "off", t.port, false))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("run: cache-tests: nft for %s: %w: %s", t.name, err, bytes.TrimSpace(out))
 		}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +26,54 @@ const OptSuffix = "+opt"
 // discarded pass over the pages in the same mode ("url+opt+warm"); it
 // comes last.
 const WarmSuffix = "+warm"
+
+// HTTPSPrefix starts the name of url mode over the VIP's HTTPS origin
+// (issue 25): "url-https-k3" is url mode with pepd's https.urls on and
+// https.shards 3 (k HTTP/2 connections), "url-https-k1+opt" with the
+// optimizer. Plain "url" stays http://VIP (the paper's url mode).
+const HTTPSPrefix = "url-https-k"
+
+// HTTPSMode reports whether base (a mode without OptSuffix) is url mode
+// over the VIP's HTTPS origin, and its k (1..16).
+func HTTPSMode(base string) (k int, ok bool) {
+	n, found := strings.CutPrefix(base, HTTPSPrefix)
+	if !found {
+		return 0, false
+	}
+	k, err := strconv.Atoi(n)
+	if err != nil || k < 1 || k > 16 || strconv.Itoa(k) != n {
+		return 0, false
+	}
+	return k, true
+}
+
+// PepdMode is pepd's mode for a testbed mode without OptSuffix: "url"
+// for the url-https-kN modes, else base itself.
+func PepdMode(base string) string {
+	if _, ok := HTTPSMode(base); ok {
+		return "url"
+	}
+	return base
+}
+
+// Scheme returns the scheme and k of the VIP URLs a mode's pages get:
+// https and k for url-https-kN, http and 1 for url, "" and 0 for the
+// modes that rewrite nothing.
+func Scheme(m string) (scheme string, k int) {
+	base, _ := SplitMode(m)
+	if k, ok := HTTPSMode(base); ok {
+		return "https", k
+	}
+	if base == "url" {
+		return "http", 1
+	}
+	return "", 0
+}
+
+// anyHTTPS reports whether modes has a url-https-kN mode.
+func anyHTTPS(modes []string) bool {
+	return slices.ContainsFunc(modes, func(m string) bool { s, _ := Scheme(m); return s == "https" })
+}
 
 // SplitMode returns the pepd mode of a testbed mode and whether the
 // optimizer is on: "url+opt" and "url+opt+warm" are ("url", true).
@@ -229,8 +278,8 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	for _, m := range c.Modes {
 		base, opt := SplitMode(m)
-		if !slices.Contains(Modes, base) || (opt || IsWarm(m)) && base == "direct" {
-			return fmt.Errorf("run: modes: %q is not one of %s, nor one of them but direct with %s and/or %s", m, strings.Join(Modes, ", "), OptSuffix, WarmSuffix)
+		if !slices.Contains(Modes, PepdMode(base)) || (opt || IsWarm(m)) && base == "direct" {
+			return fmt.Errorf("run: modes: %q is not one of %s or %sN (N 1..16), nor one of them but direct with %s and/or %s", m, strings.Join(Modes, ", "), HTTPSPrefix, OptSuffix, WarmSuffix)
 		}
 		if seen[m] {
 			return fmt.Errorf("run: modes: %q given twice", m)

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"pep/testbed/topo"
@@ -29,10 +30,12 @@ const (
 
 // pep is pepd running in gw, switched between modes with pepctl.
 type pep struct {
-	b      *Bed
-	bin    string
-	pepctl string
-	proc   *topo.Proc
+	b        *Bed
+	bin      string
+	pepctl   string
+	proc     *topo.Proc
+	conf     string       // pepd.yaml
+	settings PepdSettings // as conf has them now
 }
 
 // binDir is where pepd and pepctl are: dir, or the running executable's
@@ -54,7 +57,23 @@ type PepdSettings struct {
 	DNSOrigins  string        // dns.origins: keep or drop ("": keep)
 	Radio       string        // radio.* entries as YAML flow mapping entries
 	OptDeadline time.Duration // optimize.deadline (0: pepd's default)
+	// CertFile and KeyFile are the VIP's certificate (an IP-address
+	// certificate from the bed's own CA) for the url-https-kN modes; ""
+	// renders no https section (pepd splices every TLS connection).
+	CertFile, KeyFile string
+	// HTTPSURLs and Shards are https.urls and https.shards: what a
+	// url-https-kN mode sets by rewriting the file and SIGHUP.
+	HTTPSURLs bool
+	Shards    int
 }
+
+// ShardPortsFirst and ShardPortsLast bound the VIP ports steered to
+// pepd's TLS listener besides 443 when a run has url-https-kN modes:
+// pepd's default shard ports (443, 8443, 8444, ...) for k up to 16.
+const (
+	ShardPortsFirst = 8443
+	ShardPortsLast  = 8443 + 14
+)
 
 // pepdSettings are the pepd keys of c.
 func (c Config) pepdSettings() PepdSettings {
@@ -70,6 +89,10 @@ func PepdConfig(c topo.Config, s PepdSettings) []byte {
 	deadline := ""
 	if s.OptDeadline > 0 {
 		deadline = "\n  deadline: " + s.OptDeadline.String()
+	}
+	https := ""
+	if s.CertFile != "" {
+		https = fmt.Sprintf("https:\n  cert_file: %q\n  key_file: %q\n  urls: %v\n  shards: %d\n", s.CertFile, s.KeyFile, s.HTTPSURLs, max(s.Shards, 1))
 	}
 	return fmt.Appendf(nil, `# pepd for the pep testbed %s (written by testbed/run)
 mode: off
@@ -89,9 +112,9 @@ radio: {%s}
 dns:
   rewrite_domains: ["*"]
   origins: %s
-log:
+%slog:
   level: info
-`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, deadline, s.Radio, origins)
+`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, deadline, s.Radio, origins, https)
 }
 
 func startPEP(ctx context.Context, b *Bed, bin string, s PepdSettings) (*pep, error) {
@@ -105,6 +128,7 @@ func startPEP(ctx context.Context, b *Bed, bin string, s PepdSettings) (*pep, er
 		p.pepctl = ""
 	}
 	conf := filepath.Join(b.work, "pepd.yaml")
+	p.conf, p.settings = conf, s
 	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config, s), 0o644); err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
@@ -163,9 +187,16 @@ func (p *pep) adminPath(method, path, body string) (string, error) {
 // setMode switches pepd with `pepctl -admin ADDR mode M` run in gw (with
 // PUT /mode when pepctl is not built), and checks the answer of GET /mode.
 func (p *pep) setMode(ctx context.Context, tm string) error {
-	m, opt := SplitMode(tm)
+	base, opt := SplitMode(tm)
+	m := PepdMode(base)
 	if err := p.setOptimize(ctx, opt); err != nil {
 		return err
+	}
+	if p.settings.CertFile != "" {
+		k, https := HTTPSMode(base)
+		if err := p.setHTTPS(ctx, https, k); err != nil {
+			return err
+		}
 	}
 	if p.pepctl == "" {
 		if _, err := p.admin(http.MethodPut, m); err != nil {
@@ -183,6 +214,40 @@ func (p *pep) setMode(ctx context.Context, tm string) error {
 	}
 	if !strings.Contains(got, m) {
 		return fmt.Errorf("run: pepctl mode %s: pepd says %q", m, strings.TrimSpace(got))
+	}
+	return nil
+}
+
+// setHTTPS sets pepd's https.urls and https.shards (url-https-kN modes)
+// by rewriting its config file and sending SIGHUP (the rewriter's origins
+// follow a reload), and waits for pepd to log the reload.
+func (p *pep) setHTTPS(ctx context.Context, urls bool, k int) error {
+	k = max(k, 1)
+	if p.settings.HTTPSURLs == urls && max(p.settings.Shards, 1) == k {
+		return nil
+	}
+	p.settings.HTTPSURLs, p.settings.Shards = urls, k
+	if err := os.WriteFile(p.conf, PepdConfig(p.b.Topo.Config, p.settings), 0o644); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	logFile := filepath.Join(p.b.logs, "pepd.log")
+	count := func() int {
+		b, _ := os.ReadFile(logFile)
+		return bytes.Count(b, []byte("config reloaded"))
+	}
+	before := count()
+	if err := syscall.Kill(p.proc.Pid(), syscall.SIGHUP); err != nil {
+		return fmt.Errorf("run: SIGHUP to pepd: %w", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); count() <= before; {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("run: pepd did not log a reload within 10 s of SIGHUP (https.urls %v, shards %d); see %s", urls, k, logFile)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	return nil
 }
@@ -219,11 +284,13 @@ func (p *pep) setOptimize(ctx context.Context, on bool) error {
 // DNS goes to the carrier resolver across the radio link, as the phone
 // sent it. The table is replaced atomically (declare, delete, define).
 func Ruleset(c topo.Config, mode string) string {
-	return ruleset(c, mode, PepdHTTPPort)
+	return ruleset(c, mode, PepdHTTPPort, false)
 }
 
-// ruleset is Ruleset with port 80 redirected to httpPort.
-func ruleset(c topo.Config, mode string, httpPort int) string {
+// ruleset is Ruleset with port 80 redirected to httpPort; shards also
+// steers the VIP's shard ports (ShardPortsFirst..ShardPortsLast) to the
+// TLS listener (a bed for url-https-kN modes).
+func ruleset(c topo.Config, mode string, httpPort int, shards bool) string {
 	var b strings.Builder
 	b.WriteString("table ip peptb\ndelete table ip peptb\n")
 	if mode == "direct" {
@@ -236,6 +303,10 @@ func ruleset(c topo.Config, mode string, httpPort int) string {
 		iifname "%s" ip saddr %s tcp dport 80 counter redirect to :%d
 		iifname "%s" ip saddr %s ip daddr %s tcp dport 443 counter redirect to :%d
 `, topo.IfGWRadio, sub, httpPort, topo.IfGWRadio, sub, c.VIP, PepdTLSPort)
+	if shards {
+		fmt.Fprintf(&b, "\t\tiifname \"%s\" ip saddr %s ip daddr %s tcp dport %d-%d counter redirect to :%d\n",
+			topo.IfGWRadio, sub, c.VIP, ShardPortsFirst, ShardPortsLast, PepdTLSPort)
+	}
 	if mode == "dns" {
 		fmt.Fprintf(&b, "\t\tiifname \"%s\" ip saddr %s meta l4proto { udp, tcp } th dport 53 counter redirect to :%d\n",
 			topo.IfGWRadio, sub, PepdDNSPort)
@@ -251,7 +322,7 @@ func (b *Bed) SetMode(ctx context.Context, m string) error {
 		return fmt.Errorf("run: mode %s needs pepd, which this bed did not start", m)
 	}
 	base, _ := SplitMode(m)
-	rules := Ruleset(b.Topo.Config, base)
+	rules := ruleset(b.Topo.Config, PepdMode(base), PepdHTTPPort, b.vipCA != "")
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", b.Topo.Config.GWNS(), "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -196,6 +196,19 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 	return res, ctx.Err()
 }
 
+// vipProto is the protocol most responses from addr came over, by the
+// browser's count per "address protocol" (browser.Page.Protocols).
+func vipProto(protos map[string]int, addr string) string {
+	best, n := "", 0
+	for k, c := range protos {
+		a, proto, _ := strings.Cut(k, " ")
+		if a == addr && (c > n || c == n && proto < best) {
+			best, n = proto, c
+		}
+	}
+	return best
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // runUnit builds one testbed for prof and runs the sessions of one run in
@@ -269,6 +282,12 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 	}
 
 	warm := NeedsPEP(m) && (c.Warm || IsWarm(m))
+	scheme, shards := Scheme(m)
+	if scheme == "https" {
+		// The VIP's certificate is checked as a phone checks a public
+		// one: both CAs in the browser's NSS store, no ignored errors.
+		bopts.IgnoreCertErrors, bopts.TrustCAs = false, []string{bed.vipCA, bed.originCA}
+	}
 	if NeedsPEP(m) {
 		if err := bed.ColdCache(ctx); err != nil {
 			return nil, "", err
@@ -306,7 +325,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 			SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries),
 			LinkUpBytes: int64(lc.Up.Bytes), LinkDnBytes: int64(lc.Down.Bytes), LinkDrops: int(lc.Up.Drops + lc.Down.Drops),
 			Origin404: int(st.Misses), Resolver: c.resolverLabel(), Warm: warm, WallMs: ms(p.Wall),
-			ConnsByDst: map[string]int{},
+			ConnsByDst: map[string]int{}, Scheme: scheme, Shards: shards, VIPProto: vipProto(p.Protocols, vip.String()),
 		}
 		if r.HAR, err = saveHAR(c.Out, bed.Profile.Name, run, m, seq, pg.Name, p); err != nil {
 			return recs, s.UserAgent(), err
@@ -398,7 +417,12 @@ func sortRecords(recs []report.Record, profiles []string) {
 			return a.Run < b.Run
 		}
 		if a.Mode != b.Mode {
-			return rank[a.Mode] < rank[b.Mode]
+			ba, _ := SplitMode(a.Mode)
+			bb, _ := SplitMode(b.Mode)
+			if ra, rb := rank[PepdMode(ba)], rank[PepdMode(bb)]; ra != rb {
+				return ra < rb
+			}
+			return a.Mode < b.Mode
 		}
 		return a.Seq < b.Seq
 	})

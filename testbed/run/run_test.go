@@ -25,12 +25,16 @@ func TestValidate(t *testing.T) {
 		want string
 	}{
 		{"default", func(*Config) {}, ""},
-		{"unknown mode", func(c *Config) { c.Modes = []string{"direct", "fast"} }, `run: modes: "fast" is not one of direct, off, dns, url, nor one of them but direct with +opt and/or +warm`},
-		{"direct has no optimizer", func(c *Config) { c.Modes = []string{"direct+opt"} }, `run: modes: "direct+opt" is not one of direct, off, dns, url, nor one of them but direct with +opt and/or +warm`},
-		{"direct has no cache", func(c *Config) { c.Modes = []string{"direct+warm"} }, `run: modes: "direct+warm" is not one of direct, off, dns, url, nor one of them but direct with +opt and/or +warm`},
-		{"warm comes last", func(c *Config) { c.Modes = []string{"url+warm+opt"} }, `run: modes: "url+warm+opt" is not one of direct, off, dns, url, nor one of them but direct with +opt and/or +warm`},
+		{"unknown mode", func(c *Config) { c.Modes = []string{"direct", "fast"} }, `run: modes: "fast" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
+		{"direct has no optimizer", func(c *Config) { c.Modes = []string{"direct+opt"} }, `run: modes: "direct+opt" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
+		{"direct has no cache", func(c *Config) { c.Modes = []string{"direct+warm"} }, `run: modes: "direct+warm" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
+		{"warm comes last", func(c *Config) { c.Modes = []string{"url+warm+opt"} }, `run: modes: "url+warm+opt" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
 		{"warm optimizer", func(c *Config) { c.Modes = []string{"direct", "url+opt", "url+opt+warm"} }, ""},
 		{"mode twice", func(c *Config) { c.Modes = []string{"url", "url"} }, `run: modes: "url" given twice`},
+		{"https modes", func(c *Config) { c.Modes = []string{"url", "url-https-k1", "url-https-k3+opt", "url-https-k16"} }, ""},
+		{"https k 0", func(c *Config) { c.Modes = []string{"url-https-k0"} }, `run: modes: "url-https-k0" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
+		{"https k 17", func(c *Config) { c.Modes = []string{"url-https-k17"} }, `run: modes: "url-https-k17" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
+		{"https k 03", func(c *Config) { c.Modes = []string{"url-https-k03"} }, `run: modes: "url-https-k03" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
 		{"no runs", func(c *Config) { c.Runs = 0 }, "run: runs: 0, want at least 1"},
 		{"no profile", func(c *Config) { c.Profiles = nil }, "run: profile: none given"},
 		{"bad resolver", func(c *Config) { c.Resolver = "glibc" }, `run: browser: resolver "glibc": want builtin or system`},
@@ -81,6 +85,16 @@ func fixedTopo() topo.Config {
 	return c
 }
 
+// TestRulesetShards: a bed for url-https-kN modes also steers the VIP's
+// shard ports to the TLS listener.
+func TestRulesetShards(t *testing.T) {
+	r := ruleset(fixedTopo(), "url", PepdHTTPPort, true)
+	want := `iifname "radio0" ip saddr 198.18.0.2/24 ip daddr 192.0.2.12 tcp dport 8443-8457 counter redirect to :3443`
+	if !strings.Contains(r, want) {
+		t.Errorf("ruleset lacks %q:\n%s", want, r)
+	}
+}
+
 func TestRuleset(t *testing.T) {
 	c := fixedTopo()
 	for _, tc := range []struct {
@@ -92,7 +106,7 @@ func TestRuleset(t *testing.T) {
 			`iifname "radio0" ip saddr 198.18.0.2/24 tcp dport 80 counter redirect to :3129`,
 			`iifname "radio0" ip saddr 198.18.0.2/24 ip daddr 192.0.2.12 tcp dport 443 counter redirect to :3443`,
 		}, []string{"dport 53"}},
-		{"url", []string{"tcp dport 80 counter redirect to :3129"}, []string{"dport 53"}},
+		{"url", []string{"tcp dport 80 counter redirect to :3129"}, []string{"dport 53", "8443"}},
 		{"dns", []string{`iifname "radio0" ip saddr 198.18.0.2/24 meta l4proto { udp, tcp } th dport 53 counter redirect to :5353`}, nil},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {

@@ -1,0 +1,276 @@
+package httpproxy
+
+import (
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"pep/internal/mode"
+)
+
+// h2conn is a raw HTTP/2 client connection over TLS (ALPN h2) to the VIP's
+// front, trusting the front's CA: the framer writes what a misbehaving
+// client would.
+type h2conn struct {
+	c   *tls.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	buf bytes.Buffer
+}
+
+func dialH2(t *testing.T, f *tlsFront, settings ...http2.Setting) *h2conn {
+	t.Helper()
+	c, err := tls.Dial("tcp", f.Addr, &tls.Config{RootCAs: f.CA.Pool(), ServerName: testVIP.String(), NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN %q, want h2", p)
+	}
+	t.Cleanup(func() { c.Close() })
+	h := &h2conn{c: c, fr: http2.NewFramer(c, c)}
+	h.enc = hpack.NewEncoder(&h.buf)
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.fr.WriteSettings(settings...); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// headers returns a GET request's header block for path on the VIP.
+func (h *h2conn) headers(path string, extra ...string) []byte {
+	h.buf.Reset()
+	for _, f := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", testVIP.String()}, {":path", path}} {
+		h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		h.enc.WriteField(hpack.HeaderField{Name: extra[i], Value: extra[i+1]})
+	}
+	return bytes.Clone(h.buf.Bytes())
+}
+
+// readUntilClosed reads frames until the connection ends (EOF, a reset, a
+// GOAWAY) or d passes; it returns whether it ended and the GOAWAY code.
+func (h *h2conn) readUntilClosed(d time.Duration) (closed bool, goAway http2.ErrCode, err error) {
+	h.c.SetReadDeadline(time.Now().Add(d))
+	for {
+		f, err := h.fr.ReadFrame()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return false, goAway, err
+			}
+			return true, goAway, err
+		}
+		if ga, ok := f.(*http2.GoAwayFrame); ok {
+			goAway = ga.ErrCode
+		}
+	}
+}
+
+func attackWorld(t *testing.T, lim Limits) (*pepd, *tlsFront) {
+	p := startPepd(t, pepdOpts{squid: "127.0.0.1:1", resolver: "127.0.0.1:1", mode: mode.URL, subscribers: []string{"127.0.0.0/8"},
+		limits: lim, log: slog.New(slog.DiscardHandler)})
+	return p, startTLSFront(t, p)
+}
+
+func heapMB() float64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapInuse) / (1 << 20)
+}
+
+// TestH2RapidReset (CVE-2023-44487): 20,000 streams opened and reset at
+// once on one connection. The work they cause is bounded: pepd's heap and
+// goroutines come back near where they were, the whole attack takes at most
+// a few seconds, and the server (Go's, with MaxStreams 100) either goes on
+// serving the connection or ends it; a second connection is served.
+func TestH2RapidReset(t *testing.T) {
+	p, f := attackWorld(t, Limits{})
+	heap0, g0 := heapMB(), runtime.NumGoroutine()
+	h := dialH2(t, f)
+	block := h.headers(HealthPath)
+	start := time.Now()
+	const n = 20000
+	sent := 0
+	for i := 0; i < n; i++ {
+		id := uint32(2*i + 1)
+		if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+			break
+		}
+		if err := h.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+			break
+		}
+		sent++
+	}
+	closed, code, _ := h.readUntilClosed(3 * time.Second)
+	took := time.Since(start)
+	var g1 int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if g1 = runtime.NumGoroutine(); g1 < g0+50 || time.Now().After(deadline) {
+			break
+		}
+	}
+	heap1 := heapMB()
+	t.Logf("rapid reset: %d of %d HEADERS+RST_STREAM pairs written in %v; connection ended by the server: %v (GOAWAY %v); heap %.1f -> %.1f MB; goroutines %d -> %d",
+		sent, n, took, closed, code, heap0, heap1, g0, g1)
+	if g1 >= g0+50 {
+		t.Errorf("goroutines %d after the attack, %d before", g1, g0)
+	}
+	if heap1-heap0 > 32 {
+		t.Errorf("heap grew by %.1f MB", heap1-heap0)
+	}
+	if took > 20*time.Second {
+		t.Errorf("attack took %v", took)
+	}
+	if b := get(t, f.client("127.0.0.1", "h2"), "https://192.0.2.12"+HealthPath, 200); b != "ok\n" {
+		t.Errorf("after the attack: %q", b)
+	}
+	_ = p
+}
+
+// TestH2ContinuationFlood (CVE-2024-27316 class, Go's CVE-2023-45288):
+// one HEADERS frame without END_HEADERS followed by CONTINUATION frames
+// without end. The server ends the connection once the header block
+// passes its bound (MaxHeaderBytes), long before the 64 MB the client is
+// ready to send, within seconds and without holding the bytes.
+func TestH2ContinuationFlood(t *testing.T) {
+	_, f := attackWorld(t, Limits{MaxHeaderBytes: 32 << 10})
+	heap0 := heapMB()
+	h := dialH2(t, f)
+	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h.headers(HealthPath), EndStream: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Each CONTINUATION carries 16 KB of new literal header fields.
+	h.buf.Reset()
+	for h.buf.Len() < 16<<10 {
+		h.enc.WriteField(hpack.HeaderField{Name: "x-flood", Value: strings.Repeat("a", 1000), Sensitive: true})
+	}
+	frag := bytes.Clone(h.buf.Bytes())
+	done := make(chan struct{})
+	var closed bool
+	go func() { closed, _, _ = h.readUntilClosed(30 * time.Second); close(done) }()
+	start := time.Now()
+	written := 0
+	for written < 64<<20 {
+		h.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if err := h.fr.WriteContinuation(1, false, frag); err != nil {
+			break
+		}
+		written += len(frag)
+	}
+	<-done
+	took := time.Since(start)
+	heap1 := heapMB()
+	t.Logf("CONTINUATION flood: %d KB written before the server ended the connection (closed %v) in %v; heap %.1f -> %.1f MB", written>>10, closed, took, heap0, heap1)
+	if !closed || written >= 64<<20 {
+		t.Fatalf("server took %d KB of CONTINUATION frames without ending the connection", written>>10)
+	}
+	if written > 8<<20 {
+		t.Errorf("server read %d KB before ending the connection, want about its header bound", written>>10)
+	}
+	if heap1-heap0 > 16 {
+		t.Errorf("heap grew by %.1f MB", heap1-heap0)
+	}
+}
+
+// h2World is the world with one large object (16 MB) for the slow-reader
+// tests.
+func h2World(t *testing.T, lim Limits) (*pepd, *tlsFront, *origin) {
+	ns := startDNS(t, map[string]string{"big.test": originIP})
+	o := startOrigin(t, originIP, map[string]page{"big.test/big.bin": {ctype: "application/octet-stream", body: strings.Repeat("x", 16<<20)}})
+	sc := siteSquidConf(t, ns, map[string]string{"big.test": originIP}, o.Addr.Port())
+	sc.ProxyProtocol = true
+	sq := startSquid(t, sc)
+	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, o.Addr.Port()},
+		limits: lim, log: slog.New(slog.DiscardHandler)})
+	return p, startTLSFront(t, p), o
+}
+
+// TestH2SlowReader: a client that opens its flow-control windows wide,
+// asks for 16 MB and stops reading is closed by the write deadline
+// (WriteTimeout 1 s, counted as a write timeout) within a few seconds; a
+// client that never opens its stream window (initial window 0, no
+// WINDOW_UPDATE) holds one stream, bounded by MaxStreams per connection:
+// the streams beyond it are refused by the server, and the others of the
+// subscriber go on.
+func TestH2SlowReader(t *testing.T) {
+	p, f, o := h2World(t, Limits{WriteTimeout: time.Second, MaxStreams: 4})
+	path := "/big.test:" + o.Port + "/big.bin"
+	t.Run("stops reading", func(t *testing.T) {
+		h := dialH2(t, f, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+		h.fr.WriteWindowUpdate(0, 1<<31-1-65535)
+		w0 := testutil.ToFloat64(p.M.timeouts.WithLabelValues("write"))
+		start := time.Now()
+		if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h.headers(path), EndStream: true, EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+		// Read nothing; wait for the server to give up on us.
+		var w1 float64
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if w1 = testutil.ToFloat64(p.M.timeouts.WithLabelValues("write")); w1 > w0 {
+				break
+			}
+		}
+		took := time.Since(start)
+		t.Logf("slow reader closed after %v (write timeouts %v -> %v)", took, w0, w1)
+		if w1 <= w0 {
+			t.Fatalf("no write timeout within %v of the request", took)
+		}
+		if closed, _, _ := h.readUntilClosed(5 * time.Second); !closed {
+			t.Errorf("connection still open after the write timeout")
+		}
+	})
+	t.Run("stalled window", func(t *testing.T) {
+		h := dialH2(t, f, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		block := h.headers(path)
+		for i := 0; i < 8; i++ { // twice MaxStreams
+			if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: block, EndStream: true, EndHeaders: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		heads, refused := 0, 0
+		for heads+refused < 8 {
+			fr, err := h.fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("after %d heads and %d refusals: %v", heads, refused, err)
+			}
+			switch fr := fr.(type) {
+			case *http2.HeadersFrame:
+				heads++
+			case *http2.RSTStreamFrame:
+				if fr.ErrCode == http2.ErrCodeRefusedStream || fr.ErrCode == http2.ErrCodeProtocol {
+					refused++
+				}
+			case *http2.DataFrame:
+				if len(fr.Data()) > 0 {
+					t.Fatalf("DATA of %d bytes on a zero window", len(fr.Data()))
+				}
+			}
+		}
+		t.Logf("stalled window: %d response heads (no DATA: window 0), %d streams refused", heads, refused)
+		if heads > 4 {
+			t.Errorf("%d streams served on one connection, MaxStreams 4", heads)
+		}
+		// The subscriber's other connections are served meanwhile.
+		if b := get(t, f.client("127.0.0.1", "h2"), "https://192.0.2.12"+HealthPath, 200); b != "ok\n" {
+			t.Errorf("other connection: %q", b)
+		}
+	})
+}
