@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -96,6 +97,14 @@ func cmdRun(args []string) error {
 	fs.StringVar(&c.CCPhone, "cc-phone", "cubic", "TCP congestion control of the phone's namespace (mn)")
 	fs.StringVar(&c.CCGW, "cc-gw", "cubic", "TCP congestion control of the gateway's namespace (pepd, Squid)")
 	fs.StringVar(&c.CCOrigin, "cc-origin", "cubic", "TCP congestion control of the origin's namespace (core)")
+	fs.Func("vip", "the VIP's address in the testbed (default 192.0.2.12; 10.0.0.12, the paper's private one, shows Chromium's Local Network Access checks)", func(v string) error {
+		a, err := netip.ParseAddr(v)
+		if err != nil || !a.Is4() {
+			return fmt.Errorf("%q is not an IPv4 address", v)
+		}
+		c.VIP = a
+		return nil
+	})
 	fs.StringVar(&c.DNSOrigins, "dns-origins", "", "pepd's dns.origins: keep (origins after the VIP) or drop (the VIP alone); default keep")
 	fs.DurationVar(&c.OptDeadline, "opt-deadline", 0, "pepd's optimize.deadline: how long a response waits for its transform (0: pepd's default, 100ms)")
 	fs.StringVar(&c.PepdRadio, "pepd-radio", "", `pepd's radio.* socket options of subscriber connections as YAML entries, e.g. "congestion: bbr, notsent_lowat: 16384"`)

@@ -309,4 +309,27 @@ func TestTerminate(t *testing.T) {
 	if n := testutil.ToFloat64(s.m.resets.WithLabelValues(ResetNotSubscriber)); n != 1 {
 		t.Errorf("not_subscriber resets = %v, want 1", n)
 	}
+	// Not a ClientHello at all (plain HTTP to the TLS port), and a
+	// ClientHello cut short: reset, never handed to the VIP's origin.
+	for _, bad := range [][]byte{[]byte("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"), {22, 3, 1, 0, 200, 1, 0, 0, 196, 3, 3}} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(bad)
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); err == nil || n > 0 {
+			t.Errorf("%q: read %d bytes, %v; want a reset", bad, n, err)
+		}
+		c.Close()
+	}
+	if n := testutil.ToFloat64(s.m.terminated); n != 2 {
+		t.Errorf("pep_splice_terminated_total = %v after bad hellos, want 2", n)
+	}
+	if n := testutil.ToFloat64(s.m.resets.WithLabelValues(ResetBadHello)); n != 2 {
+		t.Errorf("bad_hello resets = %v, want 2", n)
+	}
 }

@@ -64,6 +64,9 @@ func NewBed(ctx context.Context, rc Config, o BedOptions, log *slog.Logger) (b *
 	tc := topo.Default()
 	tc.Origins = o.Plan.Prefix
 	tc.WiredEmulated = o.Wired != nil
+	if rc.VIP.IsValid() {
+		tc.VIP = rc.VIP
+	}
 	for _, cc := range []struct {
 		dst *string
 		v   string

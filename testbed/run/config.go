@@ -3,6 +3,7 @@ package run
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -187,6 +188,10 @@ type Config struct {
 	// DisableFeatures are more Chromium features to turn off
 	// (browser.Options.DisableFeatures).
 	DisableFeatures []string
+	// VIP is the appliance's address in the testbed; the zero value means
+	// topo.Default's (192.0.2.12). A private one (10.0.0.12, the paper's)
+	// shows what Chromium's Local Network Access checks do to url mode.
+	VIP netip.Addr
 	// DNSOrigins is pepd's dns.origins ("keep" or "drop"; "" = pepd's
 	// default, keep): whether dns-mode answers keep the origin addresses
 	// after the VIP.

@@ -8,6 +8,7 @@
 package run
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,7 +79,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 
 	res := &report.Results{Config: report.RunConfig{
 		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: string(c.Resolver), HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures, DNSOrigins: c.DNSOrigins, PepdRadio: c.PepdRadio, OptDeadline: durString(c.OptDeadline), Warm: c.Warm,
-		Backend: c.Backend, VIP: "192.0.2.12", Origins: plan.Prefix.String(), Started: time.Now(), Import: imported,
+		Backend: c.Backend, VIP: cmp.Or(c.VIP, topo.Default().VIP).String(), Origins: plan.Prefix.String(), Started: time.Now(), Import: imported,
 		Command: c.Command, PageTimeout: c.PageTimeout.String(),
 		SquidCache: "cold: Squid restarted on an empty cache folder before every (mode, run) session",
 		Parallel:   c.Parallel, SplitModes: c.SplitModes, Settle: c.Settle.String(), SettleMax: c.SettleMax.String(),
