@@ -316,3 +316,46 @@ func TestH2IdleMemory(t *testing.T) {
 	}
 	_ = clients
 }
+
+// TestH2PriorityScheduler: with Limits.H2Scheduler "priority" the VIP is
+// served by x/net's HTTP/2 server with the RFC 7540 priority scheduler:
+// requests with and without priority information are answered, and the
+// stream bound still holds (the limits come from the same HTTP2Config).
+func TestH2PriorityScheduler(t *testing.T) {
+	_, f := attackWorld(t, Limits{H2Scheduler: "priority", MaxStreams: 2})
+	if b := get(t, f.client("127.0.0.1", "h2"), "https://192.0.2.12"+HealthPath, 200); b != "ok\n" {
+		t.Fatalf("health over h2: %q", b)
+	}
+	h := dialH2(t, f)
+	block := h.headers(HealthPath)
+	for i := 0; i < 4; i++ {
+		p := http2.PriorityParam{StreamDep: 0, Weight: uint8(255 - 50*i), Exclusive: i == 0}
+		if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: block, EndStream: true, EndHeaders: true, Priority: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var sawSettings bool
+	var maxStreams uint32
+	answered := 0
+	for answered < 2 {
+		fr, err := h.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %d answers: %v", answered, err)
+		}
+		switch fr := fr.(type) {
+		case *http2.SettingsFrame:
+			if !fr.IsAck() {
+				sawSettings = true
+				maxStreams, _ = fr.Value(http2.SettingMaxConcurrentStreams)
+			}
+		case *http2.DataFrame:
+			if fr.StreamEnded() {
+				answered++
+			}
+		}
+	}
+	if !sawSettings || maxStreams != 2 {
+		t.Errorf("SETTINGS_MAX_CONCURRENT_STREAMS %d (seen %v), want 2", maxStreams, sawSettings)
+	}
+}
