@@ -261,7 +261,7 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 		WriteTimeout: cfg.HTTP.WriteTimeout, MaxConnsPerSubscriber: cfg.HTTP.MaxConnsPerSubscriber,
 		Radio: httpproxy.RadioOptions{Congestion: cfg.Radio.Congestion, NotsentLowat: int(cfg.Radio.NotsentLowat),
 			MaxPacingRate: int(cfg.Radio.MaxPacingRate)},
-		MaxStreams: cfg.HTTPS.MaxStreams, MaxStreamsPerSubscriber: cfg.HTTPS.MaxStreamsPerSubscriber, H2Scheduler: cfg.HTTPS.Scheduler,
+		MaxStreams: cfg.HTTPS.MaxStreams, MaxStreamsPerSubscriber: cfg.HTTPS.MaxStreamsPerSubscriber,
 	}, log, hm)
 	// Shutdown of the HTTP server closes its listeners and waits for the
 	// requests in flight, so it comes first.

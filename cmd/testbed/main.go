@@ -105,7 +105,6 @@ func cmdRun(args []string) error {
 		c.VIP = a
 		return nil
 	})
-	fs.StringVar(&c.H2Scheduler, "pepd-h2-scheduler", "", "pepd's https.scheduler in the url-https-kN modes: round-robin (pepd's default) or priority (RFC 7540 tree, as Chromium sends it)")
 	fs.StringVar(&c.DNSOrigins, "dns-origins", "", "pepd's dns.origins: keep (origins after the VIP) or drop (the VIP alone); default keep")
 	fs.DurationVar(&c.OptDeadline, "opt-deadline", 0, "pepd's optimize.deadline: how long a response waits for its transform (0: pepd's default, 100ms)")
 	fs.StringVar(&c.PepdRadio, "pepd-radio", "", `pepd's radio.* socket options of subscriber connections as YAML entries, e.g. "congestion: bbr, notsent_lowat: 16384"`)

@@ -340,11 +340,6 @@ type HTTPS struct {
 	// one source address, all its connections together; more get 429.
 	// Default 512.
 	MaxStreamsPerSubscriber int `yaml:"max_streams_per_subscriber"`
-	// Scheduler orders the frames of a connection's HTTP/2 streams:
-	// "round-robin" (Go's server, priorities ignored; the default) or
-	// "priority" (RFC 7540 dependency tree, as Chromium sends it).
-	// internal/viptls/README.md has the measurement.
-	Scheduler string `yaml:"scheduler"`
 }
 
 // Enabled reports whether the VIP is served as an HTTPS origin.
@@ -419,7 +414,7 @@ func Default() Config {
 			MaxBodyBytes: 8 << 20, Deadline: 100 * time.Millisecond, ResultBytes: 64 << 20},
 		Cache: Cache{Admission: "off", Window: time.Hour, FilterItems: 1_000_000, MemoryMaxObject: 1 << 20,
 			StatusTimeout: 2 * time.Second},
-		HTTPS: HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Scheduler: "round-robin"},
+		HTTPS: HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512},
 		Log:   Log{Level: "info", Format: "text"},
 	}
 }
@@ -837,8 +832,6 @@ func (c *Config) validateHTTPS() error {
 		return field.Errorf("https.max_streams", "%d is outside 1..1000", h.MaxStreams)
 	case h.MaxStreamsPerSubscriber < 1:
 		return field.Errorf("https.max_streams_per_subscriber", "%d must be at least 1", h.MaxStreamsPerSubscriber)
-	case !oneOf(h.Scheduler, "round-robin", "priority"):
-		return field.Errorf("https.scheduler", "%q is not one of round-robin, priority", h.Scheduler)
 	case len(h.ShardPorts) > 0 && len(h.ShardPorts) < h.Shards:
 		return field.Errorf("https.shard_ports", "%d ports for %d shards", len(h.ShardPorts), h.Shards)
 	}

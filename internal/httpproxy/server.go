@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/net/http2"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,13 +68,6 @@ type Limits struct {
 	// one source address, all its connections together; more are answered
 	// 429 "too many concurrent requests". Zero means 512.
 	MaxStreamsPerSubscriber int
-	// H2Scheduler is how the HTTP/2 server orders the frames of a
-	// connection's streams: "" or "round-robin" (Go 1.26's server: each
-	// stream in turn, priorities ignored), or "priority" (RFC 7540 §5.3's
-	// dependency tree, which Chromium sends in its HEADERS frames:
-	// golang.org/x/net/http2's server with its priority write scheduler).
-	// Measured, not assumed: internal/viptls/README.md.
-	H2Scheduler string
 }
 
 // RadioOptions are TCP socket options of subscriber-facing connections,
@@ -243,16 +235,6 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 			// closed, as WriteTimeout does on HTTP/1.1 (the slow reader).
 			WriteByteTimeout: lim.WriteTimeout,
 		},
-	}
-	if lim.H2Scheduler == "priority" {
-		// Only the scheduler differs from net/http's own server (the same
-		// code in x/net); the limits come from s.tlsSrv.HTTP2.
-		err := http2.ConfigureServer(s.tlsSrv, &http2.Server{NewWriteScheduler: func() http2.WriteScheduler {
-			return http2.NewPriorityWriteScheduler(nil)
-		}})
-		if err != nil {
-			s.log.Error("http2: priority scheduler not set; round robin", "err", err)
-		}
 	}
 	return s
 }

@@ -44,9 +44,6 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 	if c.OptDeadline != "" {
 		fmt.Fprintf(&b, "- pepd optimize.deadline: %s\n", c.OptDeadline)
 	}
-	if c.H2Scheduler != "" {
-		fmt.Fprintf(&b, "- pepd https.scheduler (HTTP/2 frame order): %s\n", c.H2Scheduler)
-	}
 	if c.PepdRadio != "" {
 		fmt.Fprintf(&b, "- pepd radio (subscriber socket options): %s\n", c.PepdRadio)
 	}

@@ -130,9 +130,6 @@ type RunConfig struct {
 	DNSOrigins string `json:"dns_origins,omitempty"`
 	// PepdRadio is pepd's radio.* settings in the run ("" = none).
 	PepdRadio string `json:"pepd_radio,omitempty"`
-	// H2Scheduler is pepd's https.scheduler in the url-https-kN modes
-	// ("" = pepd's default, round-robin).
-	H2Scheduler string `json:"h2_scheduler,omitempty"`
 	// OptDeadline is pepd's optimize.deadline in the run ("" = pepd's
 	// default, 100ms).
 	OptDeadline string `json:"opt_deadline,omitempty"`

@@ -192,9 +192,6 @@ type Config struct {
 	// topo.Default's (192.0.2.12). A private one (10.0.0.12, the paper's)
 	// shows what Chromium's Local Network Access checks do to url mode.
 	VIP netip.Addr
-	// H2Scheduler is pepd's https.scheduler in the url-https-kN modes
-	// ("" = pepd's default, round-robin; or priority).
-	H2Scheduler string
 	// DNSOrigins is pepd's dns.origins ("keep" or "drop"; "" = pepd's
 	// default, keep): whether dns-mode answers keep the origin addresses
 	// after the VIP.
@@ -262,9 +259,6 @@ func Default() Config {
 
 // Validate checks c; errors name the field and quote the bad value.
 func (c Config) Validate() error {
-	if c.H2Scheduler != "" && c.H2Scheduler != "round-robin" && c.H2Scheduler != "priority" {
-		return fmt.Errorf("run: -pepd-h2-scheduler %q is not one of round-robin, priority", c.H2Scheduler)
-	}
 	if c.DNSOrigins != "" && c.DNSOrigins != "keep" && c.DNSOrigins != "drop" {
 		return fmt.Errorf("run: -dns-origins %q is not one of keep, drop", c.DNSOrigins)
 	}
@@ -335,7 +329,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("modes", strings.Join(c.Modes, ",")), slog.Int("runs", c.Runs),
 		slog.String("out", c.Out), slog.Bool("warm", c.Warm), slog.String("resolver", string(c.Resolver)), slog.Bool("https_rr", c.HTTPSRR), slog.Bool("unpartitioned", c.Unpartitioned),
 		slog.String("disable_features", strings.Join(c.DisableFeatures, ",")),
-		slog.String("dns_origins", c.DNSOrigins), slog.String("h2_scheduler", c.H2Scheduler), slog.String("origin_compress", c.OriginCompress),
+		slog.String("dns_origins", c.DNSOrigins), slog.String("origin_compress", c.OriginCompress),
 		slog.String("cc_phone", c.CCPhone), slog.String("cc_gw", c.CCGW), slog.String("cc_origin", c.CCOrigin),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
 		slog.Bool("har", c.HAR), slog.Bool("stock_chromium", c.StockChromium), slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),

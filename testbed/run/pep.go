@@ -65,8 +65,6 @@ type PepdSettings struct {
 	// url-https-kN mode sets by rewriting the file and SIGHUP.
 	HTTPSURLs bool
 	Shards    int
-	// H2Scheduler is https.scheduler ("": pepd's default, round-robin).
-	H2Scheduler string
 }
 
 // ShardPortsFirst and ShardPortsLast bound the VIP ports steered to
@@ -79,7 +77,7 @@ const (
 
 // pepdSettings are the pepd keys of c.
 func (c Config) pepdSettings() PepdSettings {
-	return PepdSettings{DNSOrigins: c.DNSOrigins, Radio: c.PepdRadio, OptDeadline: c.OptDeadline, H2Scheduler: c.H2Scheduler}
+	return PepdSettings{DNSOrigins: c.DNSOrigins, Radio: c.PepdRadio, OptDeadline: c.OptDeadline}
 }
 
 // PepdConfig renders pepd's configuration for a testbed with the given
@@ -95,9 +93,6 @@ func PepdConfig(c topo.Config, s PepdSettings) []byte {
 	https := ""
 	if s.CertFile != "" {
 		https = fmt.Sprintf("https:\n  cert_file: %q\n  key_file: %q\n  urls: %v\n  shards: %d\n", s.CertFile, s.KeyFile, s.HTTPSURLs, max(s.Shards, 1))
-		if s.H2Scheduler != "" {
-			https += "  scheduler: " + s.H2Scheduler + "\n"
-		}
 	}
 	return fmt.Appendf(nil, `# pepd for the pep testbed %s (written by testbed/run)
 mode: off

@@ -78,7 +78,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 	}
 
 	res := &report.Results{Config: report.RunConfig{
-		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: string(c.Resolver), HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures, DNSOrigins: c.DNSOrigins, PepdRadio: c.PepdRadio, H2Scheduler: c.H2Scheduler, OptDeadline: durString(c.OptDeadline), Warm: c.Warm,
+		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: string(c.Resolver), HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures, DNSOrigins: c.DNSOrigins, PepdRadio: c.PepdRadio, OptDeadline: durString(c.OptDeadline), Warm: c.Warm,
 		Backend: c.Backend, VIP: cmp.Or(c.VIP, topo.Default().VIP).String(), Origins: plan.Prefix.String(), Started: time.Now(), Import: imported,
 		Command: c.Command, PageTimeout: c.PageTimeout.String(),
 		SquidCache: "cold: Squid restarted on an empty cache folder before every (mode, run) session",
