@@ -17,10 +17,11 @@ BUILD_PKGS := gcc pkg-config libvips-dev
 # (webp: cwebp, the optimizer benchmark's peer; python3-skimage: SSIM for
 # make optimize-quality; curl: the glibc resolver check of
 # internal/dnsproxy; systemd: systemd-analyze for deploy's TestSystemdUnits;
-# libnss3-tools: certutil, the testbed browser's trust store for the VIP's CA).
+# libnss3-tools: certutil, the testbed browser's trust store for the VIP's CA;
+# nghttp2-client: h2load, the HTTP/2 rows of BenchmarkCachedRequestCPU).
 DEB_PKGS := $(BUILD_PKGS) squid dnsmasq dnsutils chromium nftables iproute2 iptables ethtool \
             dnsperf wrk procps ca-certificates docker-compose prometheus haproxy \
-            webp python3-skimage python3-pil curl systemd libnss3-tools
+            webp python3-skimage python3-pil curl systemd libnss3-tools nghttp2-client
 
 .PHONY: help build build-deps install-pkgs test test-unit deps vet fmt clean bench soak
 

@@ -148,6 +148,28 @@ backend be_tcp
 
 var wrkRequestsRE = regexp.MustCompile(`(\d+) requests in`)
 
+var h2loadRE = regexp.MustCompile(`requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored`)
+
+// runH2load runs h2load (Debian nghttp2-client) with conns connections
+// and streams concurrent streams on each for d against url (https: HTTP/2
+// over TLS, ALPN h2) and returns the requests that succeeded; any failed
+// one fails b.
+func runH2load(b *testing.B, url string, d time.Duration, conns, streams int) int {
+	out, err := exec.Command("h2load", "-c"+strconv.Itoa(conns), "-m"+strconv.Itoa(streams), "-D", strconv.Itoa(int(d.Seconds())), url).CombinedOutput()
+	if err != nil {
+		b.Fatalf("h2load: %v\n%s", err, out)
+	}
+	m := h2loadRE.FindStringSubmatch(string(out))
+	if m == nil {
+		b.Fatalf("h2load output: %s", out)
+	}
+	if m[3] != "0" || m[4] != "0" {
+		b.Fatalf("h2load saw failures:\n%s", out)
+	}
+	n, _ := strconv.Atoi(m[2])
+	return n
+}
+
 // runWrk runs wrk with a Lua script setting path and Host (and the
 // header name/value pairs of hdr), and returns the number of requests it
 // completed.
@@ -259,6 +281,15 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 				}
 				haps = append(haps, h)
 			}
+			// The VIP's HTTPS origin on the relay's pepd (ServeTLS), for
+			// h2load: HTTP/2 over TLS through the standard library path.
+			var front *tlsFront
+			_, errH2 := exec.LookPath("h2load")
+			if errH2 == nil {
+				front = startTLSFront(b, relay)
+			} else {
+				b.Logf("%s: h2load not installed (apt-get install -y nghttp2-client): no h2 rows", name)
+			}
 			opts.stdlib = true
 			std := startPepd(b, opts)
 			abs := "http://img.cdn.test:" + o.Port + "/logo.png"
@@ -276,6 +307,13 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			if withStd {
 				runWrk(b, std.Addr, vipPath, testVIP.String(), time.Second, 2)
 			}
+			h2URL := ""
+			if front != nil {
+				// The front's address is the VIP for pepd (a connection's
+				// local address counts as the VIP, decide.isVIPHost).
+				h2URL = "https://" + front.Addr + vipPath
+				runH2load(b, h2URL, time.Second, 2, 1)
+			}
 			d := time.Duration(secs) * time.Second
 			self := os.Getpid()
 			squidPid := sq.cmd.Process.Pid // squid -N is one process (no master/kid), pinger disabled
@@ -289,6 +327,11 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 				s0, p0 := procCPU(b, squidPid), procCPU(b, pid)
 				n := runWrk(b, addr, path, host, d, 8)
 				return phase{n, procCPU(b, squidPid) - s0, procCPU(b, pid) - p0}
+			}
+			runH2 := func(streams int) phase {
+				s0, p0 := procCPU(b, squidPid), procCPU(b, self)
+				n := runH2load(b, h2URL, d, 8, streams)
+				return phase{n, procCPU(b, squidPid) - s0, procCPU(b, self) - p0}
 			}
 			us := func(t time.Duration, n int) float64 { return float64(t) / float64(n) / 1e3 }
 			type result struct{ alone, squid, pep, ratio, rate float64 }
@@ -317,6 +360,12 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 					add("forwarder-raw"+p, measure(alone, run(self, fwdRaw, abs, "")))
 					if withStd {
 						add("stdlib"+p, measure(alone, run(self, std.Addr, vipPath, testVIP.String())))
+					}
+					if h2URL != "" {
+						// 8 connections, 1 stream each (wrk's load), and 8
+						// with 10 streams each (a browser's multiplexing).
+						add("h2-tls-m1"+p, measure(alone, runH2(1)))
+						add("h2-tls-m10"+p, measure(alone, runH2(10)))
 					}
 					if i < len(haps) {
 						t := fmt.Sprintf("-t%d", n)

@@ -26,7 +26,7 @@ type tlsFront struct {
 	CA   *viptlstest.CA
 }
 
-func startTLSFront(t *testing.T, p *pepd) *tlsFront {
+func startTLSFront(t testing.TB, p *pepd) *tlsFront {
 	t.Helper()
 	ca, err := viptlstest.NewCA("pep test CA")
 	if err != nil {
