@@ -55,6 +55,7 @@ func TestOriginalDst(t *testing.T) {
 		{"redirect", rl, nstest.RedirectDest + ":80", nstest.RedirectDest + ":80", true},
 		{"redirect other address", rl, "203.0.113.77:80", "203.0.113.77:80", true},
 		{"tproxy", tl, nstest.TPROXYDest + ":80", nstest.TPROXYDest + ":80", true},
+		{"redirect to tproxy listener", tl, nstest.RedirectDest + ":443", nstest.RedirectDest + ":443", true},
 		{"direct to redirect listener", rl, net.JoinHostPort(nstest.GatewayAddr, itoa(rport)), net.JoinHostPort(nstest.GatewayAddr, itoa(rport)), false},
 		{"direct to tproxy listener", tl, net.JoinHostPort(nstest.GatewayAddr, itoa(tport)), net.JoinHostPort(nstest.GatewayAddr, itoa(tport)), false},
 	}

@@ -98,12 +98,15 @@ func New() (*Topology, error) {
 
 // Steer loads the gateway's nftables rules: port 80 to RedirectNet is
 // REDIRECTed to redirectPort, port 80 to TPROXYNet goes by TPROXY to
-// tproxyPort.
+// tproxyPort, and port 443 to RedirectNet is REDIRECTed to tproxyPort (a
+// transparent listener that takes REDIRECTed connections too, as pepd's
+// TLS listener does).
 func (t *Topology) Steer(redirectPort, tproxyPort int) error {
 	nft := fmt.Sprintf(`table ip pep_nstest {
   chain pre_nat {
     type nat hook prerouting priority dstnat; policy accept;
     iifname "%[1]s" ip daddr %[2]s tcp dport 80 redirect to :%[3]d
+    iifname "%[1]s" ip daddr %[2]s tcp dport 443 redirect to :%[5]d
   }
   chain pre_mangle {
     type filter hook prerouting priority mangle; policy accept;
