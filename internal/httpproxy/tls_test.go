@@ -234,3 +234,22 @@ func TestTLSStreamLimit(t *testing.T) {
 	}
 	t.Logf("other subscriber served in %v", time.Since(start))
 }
+
+// TestTLSOptimizer: an image asked for over HTTP/2 through the VIP's
+// HTTPS origin (a VIP-form URL) is transformed by the optimizer as over
+// HTTP/1.1: WebP for a browser that accepts it, Squid's headers off.
+func TestTLSOptimizer(t *testing.T) {
+	w := startOptWorld(t, time.Minute)
+	f := startTLSFront(t, w.p)
+	req, _ := http.NewRequest(http.MethodGet, "https://192.0.2.12/img.opt.test:"+w.o.port+"/photo.jpg", nil)
+	req.Header.Set("Accept", chromeImageAccept)
+	resp, err := f.client("127.0.0.9", "h2").Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "image/webp" {
+		t.Fatalf("%s %s %q, %d bytes (original %d): not a WebP over HTTP/2", resp.Proto, resp.Status, resp.Header.Get("Content-Type"), len(b), len(w.images["photo.jpg"]))
+	}
+}
