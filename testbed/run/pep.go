@@ -189,14 +189,16 @@ func (p *pep) adminPath(method, path, body string) (string, error) {
 func (p *pep) setMode(ctx context.Context, tm string) error {
 	base, opt := SplitMode(tm)
 	m := PepdMode(base)
-	if err := p.setOptimize(ctx, opt); err != nil {
-		return err
-	}
 	if p.settings.CertFile != "" {
+		// First: the SIGHUP applies the file's mode and optimizer switch
+		// too, which the steps below then set.
 		k, https := HTTPSMode(base)
 		if err := p.setHTTPS(ctx, https, k); err != nil {
 			return err
 		}
+	}
+	if err := p.setOptimize(ctx, opt); err != nil {
+		return err
 	}
 	if p.pepctl == "" {
 		if _, err := p.admin(http.MethodPut, m); err != nil {
