@@ -100,6 +100,16 @@ type Options struct {
 	// certutil (Debian libnss3-tools), trust "C,,". Certificate checks
 	// stay on; use it without IgnoreCertErrors.
 	TrustCAs []string
+	// ResolveOnly, when not empty, are the only host names (or IP
+	// literals) the browser may resolve or connect to by name: every other
+	// name fails as "not found" inside the browser, before any DNS query
+	// (--host-resolver-rules "MAP * ~NOTFOUND, EXCLUDE name..."). Tests
+	// set it so that nothing but their own server can be reached.
+	ResolveOnly []string
+	// NetLog, when not "", is the file Chromium writes its net log to
+	// (--log-net-log, capture mode Default: no cookies, no bodies); read
+	// it with NetLogSockets after Close.
+	NetLog string
 	// ProfileDir is the folder in which the session makes its fresh
 	// profile folder ("chromium-*", removed on Close); "" means the
 	// system's temporary folder. Every Chromium process carries the
@@ -224,10 +234,25 @@ func Changes(opts Options) []Change {
 		cs = append(cs, Change{Feature: "UseDnsHttpsSvcb", Why: "one DNS query crosses the link per name, as the seed paper counted; stock Chromium also asks for HTTPS records (a second query per name)"})
 	}
 	var rules []string
-	for _, h := range ServiceHosts {
-		rules = append(rules, "MAP "+h+" ~NOTFOUND")
+	if len(opts.ResolveOnly) > 0 {
+		rules = append(rules, "MAP * ~NOTFOUND")
+		for _, h := range opts.ResolveOnly {
+			rules = append(rules, "EXCLUDE "+h)
+		}
+	} else {
+		for _, h := range ServiceHosts {
+			rules = append(rules, "MAP "+h+" ~NOTFOUND")
+		}
 	}
-	cs = append(cs, Change{Flag: "--host-resolver-rules=" + strings.Join(rules, ", "), Why: "Chromium's own service hosts, looked up at start whatever the flags above say, fail at once without a DNS query, so that their lookups do not count as the first page's traffic", Stock: true})
+	why := "Chromium's own service hosts, looked up at start whatever the flags above say, fail at once without a DNS query, so that their lookups do not count as the first page's traffic"
+	if len(opts.ResolveOnly) > 0 {
+		why = "ResolveOnly (tests): every name but the test's own fails at once inside the browser, before any DNS query: nothing outside can be reached"
+	}
+	cs = append(cs, Change{Flag: "--host-resolver-rules=" + strings.Join(rules, ", "), Why: why, Stock: true})
+	if opts.NetLog != "" {
+		why := "NetLog: Chromium's net log, to check where its sockets went (no cookies, no bodies); no effect on loading"
+		cs = append(cs, Change{Flag: "--log-net-log=" + opts.NetLog, Why: why, Stock: true}, Change{Flag: "--net-log-capture-mode=Default", Why: why, Stock: true})
+	}
 	if opts.IgnoreCertErrors {
 		cs = append(cs, Change{Flag: "--ignore-certificate-errors", Why: "the replay origin's test CA stands in for the real sites' certificates", Stock: true})
 	}
@@ -247,7 +272,7 @@ func Changes(opts Options) []Change {
 // order, without the ones chromedp adds (pipe, user data dir, about:blank):
 // the switches of Changes(opts), then --enable-features and
 // --disable-features with the features turned on and off, then the rest
-// (host resolver rules, certificate errors).
+// (host resolver rules, net log, certificate errors).
 func Flags(opts Options) []string {
 	var f, enable, disable, tail []string
 	for _, c := range Changes(opts) {
@@ -256,7 +281,8 @@ func Flags(opts Options) []string {
 			enable = append(enable, c.Feature)
 		case c.Feature != "":
 			disable = append(disable, c.Feature)
-		case strings.HasPrefix(c.Flag, "--host-resolver-rules=") || c.Flag == "--ignore-certificate-errors":
+		case strings.HasPrefix(c.Flag, "--host-resolver-rules=") || strings.HasPrefix(c.Flag, "--log-net-log=") ||
+			strings.HasPrefix(c.Flag, "--net-log-capture-mode=") || c.Flag == "--ignore-certificate-errors":
 			tail = append(tail, c.Flag)
 		default:
 			f = append(f, c.Flag)

@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -144,6 +146,10 @@ func TestFlags(t *testing.T) {
 			t.Errorf("change %+v: no reason or name", c)
 		}
 	}
+	only := strings.Join(Flags(Options{ResolveOnly: []string{"127.0.0.1", "www.test"}, NetLog: "/tmp/n.json"}), " ")
+	if !strings.Contains(only, "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE www.test --log-net-log=/tmp/n.json") {
+		t.Errorf("ResolveOnly and NetLog flags: %s", only)
+	}
 }
 
 func TestParseResolver(t *testing.T) {
@@ -176,7 +182,11 @@ func TestLoadLocalPage(t *testing.T) {
 	site := newTestSite(t, ln)
 	ctx := context.Background()
 	profiles := t.TempDir()
-	s, err := NewSession(ctx, Options{Log: testLogger(t), PageTimeout: 20 * time.Second, Settle: 200 * time.Millisecond, ProfileDir: profiles})
+	// Nothing but the test's own server: every other name fails inside
+	// the browser, and the net log shows where its sockets went.
+	netLog := filepath.Join(t.TempDir(), "net.json")
+	s, err := NewSession(ctx, Options{Log: testLogger(t), PageTimeout: 20 * time.Second, Settle: 200 * time.Millisecond, ProfileDir: profiles,
+		ResolveOnly: []string{"127.0.0.1"}, NetLog: netLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,6 +269,34 @@ func TestLoadLocalPage(t *testing.T) {
 	}
 	if _, err := os.Stat(profile); !os.IsNotExist(err) {
 		t.Errorf("profile %s still exists after Close: %v", profile, err)
+	}
+	checkNetLog(t, netLog, netip.MustParseAddrPort(site.addr))
+}
+
+// checkNetLog fails t if the browser's net log shows a TCP connect, or a
+// UDP socket with bytes sent, to any address but loopback, or shows no
+// connection to want (the check would then prove nothing). A UDP socket
+// connected without sending (Chromium's route probes) is logged.
+func checkNetLog(t *testing.T, path string, want netip.AddrPort) {
+	t.Helper()
+	socks, err := NetLogSockets(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for _, so := range socks {
+		switch {
+		case so.Addr == want && so.Proto == "tcp":
+			seen = true
+		case so.Addr.Addr().IsLoopback():
+		case !so.Sent:
+			t.Logf("net log: %s socket connected to %s, nothing sent (a route probe)", so.Proto, so.Addr)
+		default:
+			t.Errorf("net log: the browser sent to %s over %s: outside loopback", so.Addr, so.Proto)
+		}
+	}
+	if !seen {
+		t.Errorf("net log %s shows no TCP connection to the test server %s (%d sockets): the check proves nothing", path, want, len(socks))
 	}
 }
 
