@@ -4,8 +4,11 @@
 // deploy/'s gateway ruleset does for subscriber interfaces.
 //
 //	client 198.18.0.2/24 (default via .1) == veth == 198.18.0.1/24 gateway
-//	gateway: tcp dport 80 to 203.0.113.0/24 -> REDIRECT to :RedirectPort
-//	         tcp dport 80 to 203.0.114.0/24 -> TPROXY to :TPROXYPort (fwmark 1, table 100)
+//	gateway: tcp dport 80 to 203.0.113.0/25   -> REDIRECT to :RedirectPort
+//	         tcp dport 80 to 203.0.113.128/25 -> TPROXY to :TPROXYPort (fwmark 1, table 100)
+//
+// Every address is in a range no one routes: 198.18.0.0/15 (benchmarking,
+// RFC 2544) and 203.0.113.0/24 (TEST-NET-3, RFC 5737).
 //
 // Names carry the process id and a random suffix, so parallel runs do not
 // collide; Close removes everything the topology created.
@@ -27,10 +30,10 @@ import (
 const (
 	ClientAddr   = "198.18.0.2"
 	GatewayAddr  = "198.18.0.1"
-	RedirectNet  = "203.0.113.0/24" // destinations steered by REDIRECT
-	TPROXYNet    = "203.0.114.0/24" // destinations steered by TPROXY
-	RedirectDest = "203.0.113.5"    // an address in RedirectNet
-	TPROXYDest   = "203.0.114.7"    // an address in TPROXYNet
+	RedirectNet  = "203.0.113.0/25"   // destinations steered by REDIRECT (TEST-NET-3, lower half)
+	TPROXYNet    = "203.0.113.128/25" // destinations steered by TPROXY (TEST-NET-3, upper half)
+	RedirectDest = "203.0.113.5"      // an address in RedirectNet
+	TPROXYDest   = "203.0.113.200"    // an address in TPROXYNet
 )
 
 // Topology is the pair of namespaces. Build it with New.
