@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"maps"
 	"net/netip"
+	"time"
 )
 
 // DirCounters counts what entered one direction of the link. Packets, Bytes,
@@ -17,6 +18,13 @@ type DirCounters struct {
 	QueueDrops uint64 // packets refused by the full queue
 	SYNs       uint64 // TCP segments with SYN set and ACK clear (connection attempts)
 	DNSQueries uint64 // UDP datagrams to port 53, and TCP segments with payload to port 53
+	// DNSRepeats counts the UDP DNS queries among DNSQueries whose question
+	// (name, type, class; RFC 1035 §4.1.2) repeats one sent within the
+	// previous DNSRepeatWindow in this direction: a resolver's
+	// retransmission after its timeout (a new ID and port, the same
+	// question), or the same name asked again within 5 s. DNSQueries -
+	// DNSRepeats is the number of distinct questions.
+	DNSRepeats uint64
 	// ConnsByDst counts SYNs (as above) per destination address. Never nil in
 	// a snapshot.
 	ConnsByDst map[netip.Addr]uint64
@@ -24,6 +32,21 @@ type DirCounters struct {
 	// CaptureDrops counts frames the kernel dropped before the emulator read
 	// them (socket buffer full, PACKET_STATISTICS): should stay 0.
 	CaptureDrops uint64
+
+	recent []dnsSent // the last questions sent (DNSRepeats); not in snapshots
+}
+
+// DNSRepeatWindow is how long a DNS question is remembered for DNSRepeats:
+// longer than a stub resolver's retransmission timeouts (glibc 5 s by
+// default; Chromium's built-in resolver starts at about 1 s).
+const DNSRepeatWindow = 5 * time.Second
+
+// dnsRecent bounds the questions remembered per direction.
+const dnsRecent = 64
+
+type dnsSent struct {
+	q  string
+	at time.Time
 }
 
 // Counters is a snapshot of both directions of a link: Up from LinkSpec.IfA
@@ -42,7 +65,7 @@ func (d DirCounters) sub(p DirCounters) DirCounters {
 	out := DirCounters{
 		Packets: d.Packets - p.Packets, Bytes: d.Bytes - p.Bytes, Drops: d.Drops - p.Drops,
 		LossDrops: d.LossDrops - p.LossDrops, QueueDrops: d.QueueDrops - p.QueueDrops,
-		SYNs: d.SYNs - p.SYNs, DNSQueries: d.DNSQueries - p.DNSQueries,
+		SYNs: d.SYNs - p.SYNs, DNSQueries: d.DNSQueries - p.DNSQueries, DNSRepeats: d.DNSRepeats - p.DNSRepeats,
 		NonIP: d.NonIP - p.NonIP, CaptureDrops: d.CaptureDrops - p.CaptureDrops,
 		ConnsByDst: make(map[netip.Addr]uint64),
 	}
@@ -56,6 +79,7 @@ func (d DirCounters) sub(p DirCounters) DirCounters {
 
 func (d DirCounters) clone() DirCounters {
 	c := d
+	c.recent = nil
 	c.ConnsByDst = maps.Clone(d.ConnsByDst)
 	if c.ConnsByDst == nil {
 		c.ConnsByDst = make(map[netip.Addr]uint64)
@@ -80,7 +104,28 @@ func (d *DirCounters) count(p pktInfo) {
 	}
 	if p.dns {
 		d.DNSQueries++
+		if p.dnsQ != "" {
+			d.countQuestion(p.dnsQ, time.Now())
+		}
 	}
+}
+
+// countQuestion remembers a UDP query's question and counts it in
+// DNSRepeats if it was sent within DNSRepeatWindow before now.
+func (d *DirCounters) countQuestion(q string, now time.Time) {
+	for i := len(d.recent) - 1; i >= 0; i-- {
+		if now.Sub(d.recent[i].at) >= DNSRepeatWindow {
+			break
+		}
+		if d.recent[i].q == q {
+			d.DNSRepeats++
+			break
+		}
+	}
+	if len(d.recent) == dnsRecent {
+		d.recent = append(d.recent[:0], d.recent[1:]...)
+	}
+	d.recent = append(d.recent, dnsSent{q: q, at: now})
 }
 
 // pktInfo is what the link needs to know about a frame.
@@ -90,6 +135,7 @@ type pktInfo struct {
 	dst  netip.Addr // IP destination
 	syn  bool       // TCP SYN without ACK
 	dns  bool       // a DNS query: UDP to port 53, or TCP with payload to port 53
+	dnsQ string     // a UDP query's question (name lower-cased, type, class); "" if unreadable
 	gso  bool       // a GSO super-packet (offloads were left on by a peer)
 }
 
@@ -180,7 +226,44 @@ func classify(frame []byte) pktInfo {
 	case protoUDP:
 		if len(l4) >= 8 && binary.BigEndian.Uint16(l4[2:4]) == 53 {
 			p.dns = true
+			p.dnsQ = question(l4[8:])
 		}
 	}
 	return p
+}
+
+// question returns the first question of a DNS query message (RFC 1035
+// §4.1.1-4.1.2: a 12-byte header, QDCOUNT >= 1, then QNAME as labels
+// without compression, QTYPE, QCLASS) with the name lower-cased (label
+// lengths are at most 63, below 'A'), or "" when the message is not such
+// a query.
+func question(m []byte) string {
+	if len(m) < 12 || m[2]&0x80 != 0 || binary.BigEndian.Uint16(m[4:6]) == 0 {
+		return ""
+	}
+	i := 12
+	for {
+		if i >= len(m) {
+			return ""
+		}
+		n := int(m[i])
+		if n == 0 {
+			break
+		}
+		if n&0xc0 != 0 { // a pointer: not in a query's first name
+			return ""
+		}
+		i += 1 + n
+	}
+	end := i + 1 + 4
+	if end > len(m) {
+		return ""
+	}
+	q := []byte(string(m[12:end]))
+	for j := range q[:len(q)-4] {
+		if 'A' <= q[j] && q[j] <= 'Z' {
+			q[j] += 'a' - 'A'
+		}
+	}
+	return string(q)
 }

@@ -1,10 +1,14 @@
 package netem
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/miekg/dns"
 )
 
 // frame decodes a hex dump written out in a test (spaces ignored).
@@ -155,5 +159,72 @@ func TestCountersSub(t *testing.T) {
 	}
 	if diff.Down.ConnsByDst == nil {
 		t.Fatal("ConnsByDst of an empty direction is nil, want an empty map")
+	}
+}
+
+// udpDNS returns an Ethernet frame with an IPv4 UDP datagram to
+// 198.18.1.1:53 holding a DNS query for name (type A) with id.
+func udpDNS(t *testing.T, id uint16, name string) []byte {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	m.Id = id
+	payload, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := frame(eth4)
+	ip := make([]byte, 20)
+	ip[0], ip[8], ip[9] = 0x45, 64, protoUDP
+	binary.BigEndian.PutUint16(ip[2:4], uint16(20+8+len(payload)))
+	copy(ip[12:16], []byte{198, 18, 0, 2})
+	copy(ip[16:20], []byte{198, 18, 1, 1})
+	udp := make([]byte, 8)
+	binary.BigEndian.PutUint16(udp[0:2], 40000+id)
+	binary.BigEndian.PutUint16(udp[2:4], 53)
+	binary.BigEndian.PutUint16(udp[4:6], uint16(8+len(payload)))
+	return append(append(append(f, ip...), udp...), payload...)
+}
+
+// TestDNSRepeats: a query whose question was sent within DNSRepeatWindow
+// (a retransmission: new ID and port, same question; case aside) counts
+// in DNSRepeats; another name, another type or the same question later
+// does not; a reply (QR set) is not a question.
+func TestDNSRepeats(t *testing.T) {
+	var d DirCounters
+	t0 := time.Unix(1000, 0)
+	send := func(f []byte, at time.Time) {
+		p := classify(f)
+		if !p.dns {
+			t.Fatalf("not classified as DNS: %+v", p)
+		}
+		d.DNSQueries++
+		if p.dnsQ != "" {
+			d.countQuestion(p.dnsQ, at)
+		}
+	}
+	send(udpDNS(t, 1, "www.site.test"), t0)
+	send(udpDNS(t, 2, "WWW.Site.test"), t0.Add(time.Second)) // retransmission
+	send(udpDNS(t, 3, "img.site.test"), t0.Add(time.Second))
+	send(udpDNS(t, 4, "www.site.test"), t0.Add(time.Second+DNSRepeatWindow)) // asked again later
+	if d.DNSQueries != 4 || d.DNSRepeats != 1 {
+		t.Errorf("DNSQueries %d, DNSRepeats %d; want 4, 1", d.DNSQueries, d.DNSRepeats)
+	}
+	reply := udpDNS(t, 5, "www.site.test")
+	reply[14+20+8+2] |= 0x80
+	if q := classify(reply).dnsQ; q != "" {
+		t.Errorf("a reply's question read as a query's: %q", q)
+	}
+	if q := classify(udpDNS(t, 6, "a.test")).dnsQ; q != "\x01a\x04test\x00\x00\x01\x00\x01" {
+		t.Errorf("question %q", q)
+	}
+	// Through count, with snapshots: the repeat shows in Sub.
+	var c DirCounters
+	p := classify(udpDNS(t, 7, "x.test"))
+	c.count(p)
+	before := Counters{Up: c.clone()}
+	c.count(classify(udpDNS(t, 8, "x.test")))
+	if diff := (Counters{Up: c.clone()}).Sub(before).Up; diff.DNSQueries != 1 || diff.DNSRepeats != 1 {
+		t.Errorf("diff DNSQueries %d, DNSRepeats %d; want 1, 1", diff.DNSQueries, diff.DNSRepeats)
 	}
 }

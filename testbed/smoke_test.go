@@ -127,8 +127,14 @@ func TestSmoke(t *testing.T) {
 		d := byMode["direct"][i]
 		synDirect += d.SYNCount
 		synURL += u.SYNCount
-		if u.DocHosts < 1 || u.DNSQueries != u.DocHosts {
-			t.Errorf("url %s: %d DNS queries crossed the link, want the %d document hostnames", u.Page, u.DNSQueries, u.DocHosts)
+		// Distinct questions: a resolver's retransmission (a DNS answer
+		// late on a loaded machine) repeats one and is not a lookup of
+		// another name.
+		if q := u.DNSQueries - u.DNSRepeats; u.DocHosts < 1 || q != u.DocHosts {
+			t.Errorf("url %s: %d distinct DNS questions crossed the link (%d queries, %d repeats), want the %d document hostnames", u.Page, q, u.DNSQueries, u.DNSRepeats, u.DocHosts)
+		}
+		if u.DNSRepeats > 0 {
+			t.Logf("url %s: %d DNS retransmissions", u.Page, u.DNSRepeats)
 		}
 		if d.DNSQueries < d.Hosts {
 			t.Errorf("direct %s: %d DNS queries for %d hostnames", d.Page, d.DNSQueries, d.Hosts)

@@ -71,6 +71,7 @@ type Record struct {
 	// load and the end of its settling: what crossed the radio link.
 	SYNCount    int            `json:"syn_count"`    // TCP SYNs from mn (connection attempts, retransmissions included)
 	DNSQueries  int            `json:"dns_queries"`  // DNS queries from mn (UDP and TCP port 53)
+	DNSRepeats  int            `json:"dns_repeats"`  // of them, repeats of a question sent within 5 s (retransmissions; netem.DirCounters.DNSRepeats)
 	VIPConns    int            `json:"vip_conns"`    // SYNs to the VIP
 	OriginConns int            `json:"origin_conns"` // SYNs to origin addresses (the corpus's address block)
 	OtherConns  int            `json:"other_conns"`  // SYNs to anything else

@@ -221,7 +221,7 @@ func externalSession(ctx context.Context, c Config, gw *gateway, scr *Scraper, p
 			Bytes: p.Bytes, Requests: p.Requests, Failed: p.Failed, HTTPErrors: p.HTTPErrors,
 			DocHosts: len(p.DocHosts), Hosts: len(p.Hosts),
 			BrowserConns: p.Conns, BrowserVIPConns: p.ConnsByIP[vip.String()], BrowserConnsReused: p.ConnsReused,
-			SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries),
+			SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries), DNSRepeats: int(lc.Up.DNSRepeats),
 			LinkUpBytes: int64(lc.Up.Bytes), LinkDnBytes: int64(lc.Down.Bytes), LinkDrops: int(lc.Up.Drops + lc.Down.Drops),
 			Resolver: string(c.Resolver), Warm: warm, WallMs: ms(p.Wall),
 		}

@@ -323,7 +323,7 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 			Bytes: p.Bytes, Requests: p.Requests, Failed: p.Failed, HTTPErrors: p.HTTPErrors,
 			DocHosts: len(p.DocHosts), Hosts: len(p.Hosts),
 			BrowserConns: p.Conns, BrowserVIPConns: p.ConnsByIP[vip.String()], BrowserConnsReused: p.ConnsReused,
-			SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries),
+			SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries), DNSRepeats: int(lc.Up.DNSRepeats),
 			LinkUpBytes: int64(lc.Up.Bytes), LinkDnBytes: int64(lc.Down.Bytes), LinkDrops: int(lc.Up.Drops + lc.Down.Drops),
 			Origin404: int(st.Misses), Resolver: c.resolverLabel(), Warm: warm, WallMs: ms(p.Wall),
 			ConnsByDst: map[string]int{}, Scheme: scheme, Shards: shards, VIPProto: vipProto(p.Protocols, vip.String()),
