@@ -31,6 +31,7 @@ import (
 	"pep/internal/mode"
 	"pep/internal/optimize"
 	"pep/internal/rewrite"
+	"pep/internal/testenv"
 )
 
 // testLogger returns a logger writing to t.
@@ -288,7 +289,7 @@ func startDaemon(t testing.TB, name string, cmd *exec.Cmd, addr string, logs fun
 			<-exited
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testenv.Scale(30 * time.Second))
 	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
 		select {
 		case err := <-exited:
@@ -321,7 +322,7 @@ func (s *squid) accessLog(t testing.TB) []string {
 // the response's last byte, which the client may have read first: on a
 // loaded machine the line comes later.
 func (s *squid) accessLogWith(t testing.TB, want int, subs ...string) []string {
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testenv.Scale(5 * time.Second)); ; time.Sleep(20 * time.Millisecond) {
 		var got []string
 	lines:
 		for _, l := range s.accessLog(t) {
@@ -359,7 +360,7 @@ type pepdOpts struct {
 	limits        Limits
 	listener      func(net.Listener) net.Listener // wraps the loopback listener (fake interception)
 	stdlib        bool                            // serve with net/http only, no relay
-	upTimeout     time.Duration                   // Options.UpstreamTimeout; zero: 10s
+	upTimeout     time.Duration                   // Options.UpstreamTimeout; zero: 10s, scaled (testenv)
 	upIdle        time.Duration                   // Options.UpstreamIdle; zero: its default
 	optimize      *optimize.Policy                // Options.Optimize
 	cache         *cachepolicy.Policy             // Options.Cache
@@ -397,7 +398,7 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 	sw := mode.NewSwitch(o.mode)
 	p, err := New(Options{
 		VIP: testVIP, VIPNames: o.vipNames, Squid: o.squid, SquidProxyProtocol: o.proxyProtocol, Mode: sw, Log: log, Metrics: m,
-		UpstreamTimeout: cmp.Or(o.upTimeout, 10*time.Second), UpstreamIdle: o.upIdle, Optimize: o.optimize, Cache: o.cache,
+		UpstreamTimeout: cmp.Or(o.upTimeout, testenv.Scale(10*time.Second)), UpstreamIdle: o.upIdle, Optimize: o.optimize, Cache: o.cache,
 		Settings: Settings{
 			Policy:       guard.New(guard.Options{Subscribers: subs, AllowedPorts: o.ports, Allow: allow, Self: []netip.Addr{testVIP}}),
 			Resolver:     &Resolver{Servers: []string{o.resolver}, Timeout: time.Second},
@@ -456,7 +457,7 @@ func (p *pepd) raw(t testing.TB, src, req string) (*http.Response, string) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(testenv.Scale(10 * time.Second)))
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"pep/internal/mode"
 	"pep/internal/optimize"
+	"pep/internal/testenv"
 )
 
 // chromeImageAccept is what Chromium sends for an <img>.
@@ -154,8 +155,11 @@ func startOptWorld(t testing.TB, deadline time.Duration) *optWorld {
 		t.Fatal(err)
 	}
 	w.pol.SetSites(s)
+	// pepd waits for Squid's head longer than the optimizer may work on a
+	// transform: a loaded machine's slow transform is not a 504.
 	w.p = startPepd(t, pepdOpts{squid: w.sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.DNS,
-		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}, optimize: w.pol})
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}, optimize: w.pol,
+		upTimeout: deadline + testenv.Scale(10*time.Second)})
 	return w
 }
 
