@@ -18,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"pep/internal/cachepolicy"
 	"pep/internal/cputime"
 	"pep/internal/httpproxy"
+	"pep/internal/testenv"
 )
 
 // The scale-out tests (issue 14, docs/operations.md §6) build a gateway
@@ -173,18 +175,66 @@ func newArray(t *testing.T, n int) *array {
 	// on owners. Once every member listens, a reconfigure starts every
 	// member with every peer up (docs/operations.md §6: start the array,
 	// then squid -k reconfigure on each member).
+	// Squid has no readiness signal: cache.log says "Accepting ..." once
+	// per port when it (re)opens them, so a member has reconfigured when
+	// the count has doubled.
+	accepting := func(i int) int {
+		b, _ := os.ReadFile(filepath.Join(a.squidLogs[i], "cache.log"))
+		return bytes.Count(b, []byte("Accepting "))
+	}
+	opened := make([]int, len(a.gws))
 	for i, gw := range a.gws {
+		opened[i] = accepting(i)
 		conf := filepath.Join(filepath.Dir(a.squidLogs[i]), "squid.conf")
 		gw.exec(t, "squid", "-n", a.squids[i], "-k", "reconfigure", "-f", conf)
 	}
-	time.Sleep(time.Second) // Squid reopens its ports; no readiness signal
+	for i := range a.gws {
+		for deadline := time.Now().Add(testenv.Scale(30 * time.Second)); accepting(i) < 2*opened[i]; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("gateway %d: Squid did not reopen its %d ports after reconfigure", i+1, opened[i])
+			}
+		}
+	}
+	// Then each member has its peers again, each with its address (Squid
+	// configures them asynchronously) and up: mgr:server_list.
+	for i, gw := range a.gws {
+		m := &cachepolicy.Manager{Addr: "127.0.0.1:3128", ProxyProtocol: true}
+		var page string
+		for deadline := time.Now().Add(testenv.Scale(30 * time.Second)); ; time.Sleep(20 * time.Millisecond) {
+			var err error
+			gw.do(func() error {
+				ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(2*time.Second))
+				defer cancel()
+				page, err = m.Page(ctx, "server_list")
+				return nil
+			})
+			peers, addrs, up := 0, 0, 0
+			for _, l := range strings.Split(page, "\n") {
+				name, v, _ := strings.Cut(l, ":")
+				switch name, v = strings.TrimSpace(name), strings.TrimSpace(v); {
+				case name == "Host":
+					peers++
+				case name == "Address[0]" && v != "":
+					addrs++
+				case name == "Status" && v == "Up":
+					up++
+				}
+			}
+			if err == nil && peers > 0 && addrs == peers && up == peers {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("gateway %d: Squid's peers not all up with an address after reconfigure (%v):\n%s", i+1, err, page)
+			}
+		}
+	}
 	l := a.core.listen(t, originHTTP+":80", false)
 	srv := &http.Server{Handler: a.origin}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	serveDNS(t, a.core, "udp", originDNS+":53", originHTTP)
 	for i := range a.admins {
-		if err := a.waitHealthy(i, 30*time.Second); err != nil {
+		if err := a.waitHealthy(i, testenv.Scale(30*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -194,7 +244,7 @@ func newArray(t *testing.T, n int) *array {
 // dirClient is an HTTP client whose connections start in the director
 // namespace (the gateways' admin addresses are reachable there).
 func (a *array) dirClient() *http.Client {
-	return nsClient(a.dir, 2*time.Second)
+	return nsClient(a.dir, testenv.Scale(2*time.Second))
 }
 
 func nsClient(n *netNS, timeout time.Duration) *http.Client {
@@ -239,7 +289,7 @@ func (a *array) startDirector(t *testing.T) {
 	a.director = cmd
 	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
 	// Ready when the bucket map is filled.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Scale(10 * time.Second))
 	for {
 		// JSON: nft 1.0.6 prints a typeof-jhash map cut short in text.
 		out, _ := a.dir.command(context.Background(), "nft", "-j", "list", "map", "ip", "pep_director", "buckets").CombinedOutput()
@@ -247,7 +297,7 @@ func (a *array) startDirector(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("director: bucket map not filled after 10 s: %s", out)
+			t.Fatalf("director: bucket map not filled after %s: %s", testenv.Scale(10*time.Second), out)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -262,7 +312,7 @@ func (a *array) gatewayOf(t *testing.T, j int) int {
 	path := fmt.Sprintf("/whoami/%d-%d", j, time.Now().UnixNano())
 	var err error
 	for try := 0; try < 100; try++ {
-		if _, err = get(nsClient(a.subs[j], 5*time.Second), "http://"+originHTTP+path); err == nil {
+		if _, err = get(nsClient(a.subs[j], testenv.Scale(5*time.Second)), "http://"+originHTTP+path); err == nil {
 			if try > 0 {
 				t.Logf("subscriber %d: ok after %d tries", j, try)
 			}
@@ -340,8 +390,8 @@ func TestScaleArray(t *testing.T) {
 	}{{"gw1 then gw2", on[0], on[1]}, {"gw2 then gw1", on[1], on[0]}} {
 		for k := range 6 {
 			path := fmt.Sprintf("/obj/%s/%d", strings.ReplaceAll(dir.name, " ", "-"), k)
-			b1, err1 := get(nsClient(a.subs[dir.first], 5*time.Second), "http://"+originHTTP+path)
-			b2, err2 := get(nsClient(a.subs[dir.then], 5*time.Second), "http://"+originHTTP+path)
+			b1, err1 := get(nsClient(a.subs[dir.first], testenv.Scale(5*time.Second)), "http://"+originHTTP+path)
+			b2, err2 := get(nsClient(a.subs[dir.then], testenv.Scale(5*time.Second)), "http://"+originHTTP+path)
 			if err1 != nil || err2 != nil || b1 != b2 || len(b1) != 8192 {
 				t.Fatalf("%s %s: %v, %v, %d and %d bytes", dir.name, path, err1, err2, len(b1), len(b2))
 			}
@@ -366,7 +416,7 @@ func TestScaleFailover(t *testing.T) {
 	paths := make([]string, 8)
 	for k := range paths {
 		paths[k] = fmt.Sprintf("/obj/page/%d", k)
-		if _, err := get(nsClient(a.subs[on[0]], 5*time.Second), "http://"+originHTTP+paths[k]); err != nil {
+		if _, err := get(nsClient(a.subs[on[0]], testenv.Scale(5*time.Second)), "http://"+originHTTP+paths[k]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -385,7 +435,7 @@ func TestScaleFailover(t *testing.T) {
 			// 5 s per object: an object whose owner just died waits for
 			// Squid's connect-timeout (2 s) to that member before CARP
 			// moves on; a browser waits far longer.
-			c := nsClient(a.subs[j], 5*time.Second)
+			c := nsClient(a.subs[j], testenv.Scale(5*time.Second))
 			for {
 				select {
 				case <-stop:
@@ -407,7 +457,25 @@ func TestScaleFailover(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(time.Second)
+	// Both subscribers are loading: a good load each before the fault.
+	okSince := func(j int, t0 time.Time) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, l := range loads[j] {
+			if l.err == nil && !l.start.Before(t0) {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(testenv.Scale(10 * time.Second)); okSince(on[0], time.Time{}) < 1 || okSince(on[1], time.Time{}) < 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("no good load of each subscriber before the fault: %v", loads)
+		}
+	}
 	// Gateway 2 dies: processes killed, then its links down. The kernel
 	// closes the dead Squid's connections before the links go (we wait
 	// for its exit): gateway 1's Squid sees its persistent connections to
@@ -419,7 +487,7 @@ func TestScaleFailover(t *testing.T) {
 	t0 := time.Now()
 	a.pepd[1].Process.Kill()
 	a.gws[1].command(context.Background(), "pkill", "-9", "-f", "squid -n "+a.squids[1]).Run()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testenv.Scale(5 * time.Second)); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if a.gws[1].command(context.Background(), "pgrep", "-f", "squid -n "+a.squids[1]).Run() != nil {
 			break // no process left
 		}
@@ -432,7 +500,15 @@ func TestScaleFailover(t *testing.T) {
 	tDead := time.Now()
 	a.gws[1].ip(t, "link", "set", "sub0", "down")
 	a.gws[1].ip(t, "link", "set", "up0", "down")
-	time.Sleep(8 * time.Second)
+	// Observe until gateway 2's subscriber had good loads through
+	// gateway 1 and gateway 1's subscriber finished 5 loads started after
+	// the death (or the bound, scaled, ran out: judged below).
+	bound := testenv.Scale(5 * time.Second)
+	for deadline := time.Now().Add(2*bound + testenv.Scale(5*time.Second)); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if okSince(on[1], tDead) >= 3 && okSince(on[0], tDead) >= 5 {
+			break
+		}
+	}
 	close(stop)
 	wg.Wait()
 
@@ -467,7 +543,6 @@ func TestScaleFailover(t *testing.T) {
 	}
 	t.Logf("gateway 2 down: its subscriber's first good page load %s after the fault (%d loads failed before); gateway 1's subscriber: %d loads, %d failed, slowest after the fault %s",
 		firstOK.Round(time.Millisecond), failedB, len(loads[on[0]]), len(failedA), slowA.Round(time.Millisecond))
-	const bound = 5 * time.Second
 	if firstOK == 0 || firstOK > bound {
 		t.Errorf("gateway 2's subscriber: first good load after %s, want within %s", firstOK, bound)
 	}
@@ -497,7 +572,7 @@ func TestScaleThroughput(t *testing.T) {
 	on := a.pick(t)
 	url := "http://" + originHTTP + "/obj/bench/1"
 	for _, j := range on { // cached (owner and both fronts' paths warm)
-		if _, err := get(nsClient(a.subs[j], 5*time.Second), url); err != nil {
+		if _, err := get(nsClient(a.subs[j], testenv.Scale(5*time.Second)), url); err != nil {
 			t.Fatal(err)
 		}
 	}
