@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vishvananda/netlink"
+
+	"pep/internal/testenv"
 )
 
 var (
@@ -250,7 +252,9 @@ func TestLinkUserspaceQueueDrops(t *testing.T) {
 	roundTrip(t, cli, "warm-up") // ARP
 	link.ResetCounters()
 	const burst = 50
-	payload := make([]byte, 1000) // + 8 UDP + 20 IP = 1028 B
+	const packetTime = 8224 * time.Microsecond // 1028 B at 1 Mbit/s
+	payload := make([]byte, 1000)              // + 8 UDP + 20 IP = 1028 B
+	start := time.Now()
 	for range burst {
 		if _, err := cli.Write(payload); err != nil {
 			t.Fatal(err)
@@ -258,16 +262,22 @@ func TestLinkUserspaceQueueDrops(t *testing.T) {
 	}
 	var c Counters
 	waitFor(t, func() bool { c = link.Counters(); return c.Up.Packets == burst })
-	// A burst written in well under one packet time: 4 are queued, the rest
-	// refused, give or take the few that leave while the burst arrives.
-	if c.Up.Packets != burst || c.Up.QueueDrops < burst-8 || c.Up.QueueDrops > burst-4 || c.Up.LossDrops != 0 {
+	// 4 are queued, the rest refused, but for those that left the queue
+	// while the burst arrived: at most one per packet time of the time it
+	// took to arrive (measured to the moment the counters had it all, so
+	// a loaded machine's slower writer or reader widens the bound instead
+	// of failing it; an idle one takes 1-3 ms).
+	arrived := time.Since(start)
+	minDrops := burst - 4 - int(arrived/packetTime) - 2
+	t.Logf("burst of %d arrived within %s: %d queue drops (want %d..%d)", burst, arrived.Round(time.Millisecond), c.Up.QueueDrops, minDrops, burst-4)
+	if c.Up.Packets != burst || int(c.Up.QueueDrops) < minDrops || c.Up.QueueDrops > burst-4 || c.Up.LossDrops != 0 {
 		t.Fatalf("up: %d packets, %d queue drops, %d loss drops; want %d packets, %d..%d queue drops, 0 loss",
-			c.Up.Packets, c.Up.QueueDrops, c.Up.LossDrops, burst, burst-8, burst-4)
+			c.Up.Packets, c.Up.QueueDrops, c.Up.LossDrops, burst, minDrops, burst-4)
 	}
 	// Every packet the queue accepted is echoed back.
 	delivered := int(c.Up.Packets - c.Up.Drops)
 	buf := make([]byte, 2048)
-	_ = cli.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_ = cli.SetReadDeadline(time.Now().Add(testenv.Scale(5 * time.Second)))
 	for i := range delivered {
 		if _, err := cli.Read(buf); err != nil {
 			t.Fatalf("echo %d of %d: %v", i+1, delivered, err)
@@ -371,14 +381,14 @@ func TestFindPeer(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after 10 s: the
-// emulator reads packets asynchronously, so a counter lags the write.
+// waitFor polls cond until it holds, failing the test after 10 s (scaled):
+// the emulator reads packets asynchronously, so a counter lags the write.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testenv.Scale(10 * time.Second))
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
+			t.Fatalf("condition not met within %s", testenv.Scale(10*time.Second))
 		}
 		time.Sleep(time.Millisecond)
 	}
