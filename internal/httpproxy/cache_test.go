@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -182,6 +183,22 @@ func TestSecondHitAdmission(t *testing.T) {
 func TestAdmissionCollapsing(t *testing.T) {
 	p, sq, o, pol, mgr := cacheWorld(t, true, true)
 	url := "http://192.0.2.12/img.cdn.test:" + o.Port + "/click.png"
+	// The origin answers the first fetch once pepd has decided all 20
+	// requests (one first-seen, 19 admitted and held behind it), so that
+	// they overlap however slowly a loaded machine starts them. The
+	// origin is set up before any request reaches it.
+	testenv.Log(t)
+	pg := o.pages["img.cdn.test/click.png"]
+	pg.delay, pg.wait = 0, func() {
+		for deadline := time.Now().Add(testenv.Scale(5 * time.Second)); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if c := pol.Counts(); c.FirstSeen+c.Admitted >= 20 {
+				return
+			}
+		}
+	}
+	pages := maps.Clone(o.pages)
+	pages["img.cdn.test/click.png"] = pg
+	o.pages = pages
 	get := func(sub string) error {
 		resp, err := p.client(sub).Get(url)
 		if err != nil {
@@ -215,8 +232,8 @@ func TestAdmissionCollapsing(t *testing.T) {
 	if c.FirstSeen != 1 {
 		t.Errorf("pepd marked %d requests first-seen, want 1", c.FirstSeen)
 	}
-	if c.Held == 0 || c.HoldTimeouts != 0 {
-		t.Errorf("pepd held %d requests, %d released by the bound: want some, none", c.Held, c.HoldTimeouts)
+	if c.Held != 19 || c.HoldTimeouts != 0 {
+		t.Errorf("pepd held %d requests, %d released by the bound: want 19, none", c.Held, c.HoldTimeouts)
 	}
 	got := o.hitCount("img.cdn.test/click.png")
 	if got != 2 {

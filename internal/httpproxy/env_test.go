@@ -121,6 +121,7 @@ type page struct {
 	ctype, body string
 	header      map[string]string
 	delay       time.Duration // before the response head (requests overlap)
+	wait        func()        // if set, called before the response head (after delay)
 }
 
 func startOrigin(t testing.TB, ip string, pages map[string]page) *origin {
@@ -148,6 +149,9 @@ func startOrigin(t testing.TB, ip string, pages map[string]page) *origin {
 			return
 		}
 		time.Sleep(p.delay)
+		if p.wait != nil {
+			p.wait()
+		}
 		w.Header().Set("Content-Type", p.ctype)
 		w.Header().Set("Cache-Control", "max-age=3600")
 		for k, v := range p.header {
