@@ -19,6 +19,7 @@ import (
 
 	"pep/internal/guard"
 	"pep/internal/mode"
+	"pep/internal/testenv"
 )
 
 // dnsmasqZone is the carrier resolver's data for the integration tests.
@@ -375,9 +376,10 @@ func TestWildcardSource(t *testing.T) {
 
 // TestMaxInflight checks the bound on queries waiting upstream: with
 // max_inflight 1 and a resolver that never answers, the first query holds
-// the only slot for its two attempts (2 x 200ms) while the second gives
-// up after one timeout (200ms) without reaching the resolver; both get
-// SERVFAIL.
+// the only slot for its two attempts (2 x 1 s, scaled) while the second
+// gives up after one timeout (1 s) without reaching the resolver; both get
+// SERVFAIL. The second query must arrive while the first holds the slot:
+// 1 s, not 200 ms, leaves a loaded machine room to send it.
 func TestMaxInflight(t *testing.T) {
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -400,7 +402,8 @@ func TestMaxInflight(t *testing.T) {
 		}
 	}()
 	o := defaultOptions(pc.LocalAddr().String())
-	o.Timeout, o.Attempts, o.MaxInflight = 200*time.Millisecond, 2, 1
+	testenv.Log(t)
+	o.Timeout, o.Attempts, o.MaxInflight = testenv.Scale(time.Second), 2, 1
 	_, addr, reg := startProxy(t, o)
 	first := make(chan *dns.Msg)
 	go func() {

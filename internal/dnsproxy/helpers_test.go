@@ -14,6 +14,7 @@ import (
 
 	"pep/internal/dnsproxy/dnsmasqtest"
 	"pep/internal/guard"
+	"pep/internal/testenv"
 )
 
 // tWriter sends log lines to t.Log.
@@ -93,7 +94,7 @@ func defaultOptions(resolver string) Options {
 // bytes. From may be nil (kernel chooses the source).
 func rawExchange(t testing.TB, addr string, wire []byte, tcp bool, from net.IP) []byte {
 	t.Helper()
-	d := net.Dialer{Timeout: 5 * time.Second}
+	d := net.Dialer{Timeout: testenv.Scale(5 * time.Second)}
 	network := "udp"
 	if tcp {
 		network = "tcp"
@@ -110,7 +111,7 @@ func rawExchange(t testing.TB, addr string, wire []byte, tcp bool, from net.IP) 
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(testenv.Scale(10 * time.Second)))
 	if tcp {
 		b := append([]byte{byte(len(wire) >> 8), byte(len(wire))}, wire...)
 		if _, err := c.Write(b); err != nil {
