@@ -25,6 +25,7 @@ import (
 	"pep/internal/dnsproxy"
 	"pep/internal/dnsproxy/dnsmasqtest"
 	"pep/internal/guard"
+	"pep/internal/testenv"
 	"pep/internal/viptls"
 	"pep/internal/viptls/viptlstest"
 )
@@ -40,7 +41,12 @@ func (w tWriter) Write(p []byte) (int, error) {
 // 127.0.0.1 and a Splicer in front of it serving subscribers 127.0.0.1/32.
 // allowLoopback exempts 127.0.0.0/8 from the guard's checks.
 func setup(t *testing.T, allowLoopback bool) (spliceAddr string, origin *httptest.Server, s *Splicer) {
-	up := dnsmasqtest.Start(t, []string{"host-record=www.foo.com,127.0.0.1", "local=/foo.com/"})
+	return setupWith(t, allowLoopback, []string{"host-record=www.foo.com,127.0.0.1", "local=/foo.com/"})
+}
+
+// setupWith is setup with dnsmasq's configuration lines.
+func setupWith(t *testing.T, allowLoopback bool, dnsmasq []string) (spliceAddr string, origin *httptest.Server, s *Splicer) {
+	up := dnsmasqtest.Start(t, dnsmasq)
 	origin = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/photo.jpg" { // a real JPEG (internal/optimize's test photo)
 			w.Header().Set("Content-Type", "image/jpeg")
@@ -332,4 +338,124 @@ func TestTerminate(t *testing.T) {
 	if n := testutil.ToFloat64(s.m.resets.WithLabelValues(ResetBadHello)); n != 2 {
 		t.Errorf("bad_hello resets = %v, want 2", n)
 	}
+}
+
+// TestSpliceDialFallbackAndFailure: a name whose first address refuses
+// the connection is spliced to its next address; a name whose every
+// address refuses is reset and counted as a dial failure (the guard
+// allows loopback here; only 127.0.0.1 listens on the origin port).
+func TestSpliceDialFallbackAndFailure(t *testing.T) {
+	// dnsmasq answers the addresses of one name in the reverse order of
+	// its lines: 127.0.0.3 (nothing listens) first, then 127.0.0.1.
+	addr, origin, s := setupWith(t, true, []string{"host-record=www.foo.com,127.0.0.1", "local=/foo.com/",
+		"address=/multi.foo.com/127.0.0.1", "address=/multi.foo.com/127.0.0.3", "address=/dead.foo.com/127.0.0.3"})
+	got, err := s.res.LookupA(context.Background(), "multi.foo.com")
+	if err != nil || len(got) != 2 || got[0] != netip.MustParseAddr("127.0.0.3") {
+		t.Fatalf("multi.foo.com = %v, %v; the test needs 127.0.0.3 first", got, err)
+	}
+	c := httpsVia(addr, origin, "multi.foo.com")
+	resp, err := c.Get("https://multi.foo.com/")
+	if err != nil {
+		t.Fatalf("through the second address: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	c.CloseIdleConnections()
+	if want := "origin says hello to multi.foo.com"; string(body) != want {
+		t.Errorf("body %q, want %q", body, want)
+	}
+	if got := testutil.ToFloat64(s.m.splices); got != 1 {
+		t.Errorf("pep_splice_splices_total = %v after the fallback, want 1", got)
+	}
+
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(testenv.Scale(10 * time.Second)))
+	if err := tls.Client(conn, &tls.Config{ServerName: "dead.foo.com", InsecureSkipVerify: true}).Handshake(); !isReset(err) {
+		t.Errorf("every address refuses: client got %v, want a connection reset", err)
+	}
+	if got := testutil.ToFloat64(s.m.resets.WithLabelValues(ResetDial)); got != 1 {
+		t.Errorf("pep_splice_resets_total{reason=%q} = %v, want 1", ResetDial, got)
+	}
+}
+
+// TestSpliceShutdown: Shutdown lets a live splice finish within its
+// context (a request on it completes), then closes the splices still open
+// when the context ends and returns its error; new connections are
+// refused from the start of Shutdown.
+func TestSpliceShutdown(t *testing.T) {
+	testenv.Log(t)
+	addr, origin, s := setup(t, true)
+	c := httpsVia(addr, origin, "www.foo.com")
+	get := func() error {
+		resp, err := c.Get("https://www.foo.com/")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		return err
+	}
+	if err := get(); err != nil { // a kept-alive splice, idle in the client's pool
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(time.Second))
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- s.Shutdown(ctx) }()
+	// Shutdown has closed the listener once a new connection is refused.
+	for deadline := time.Now().Add(testenv.Scale(5 * time.Second)); ; time.Sleep(5 * time.Millisecond) {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			break
+		}
+		nc.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the listener still accepts during Shutdown")
+		}
+	}
+	// The live splice still carries a request.
+	if err := get(); err != nil {
+		t.Errorf("a request on a live splice during Shutdown: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Shutdown with a splice open past its context: %v, want %v", err, context.DeadlineExceeded)
+		}
+		if took := time.Since(start); took < time.Second {
+			t.Errorf("Shutdown returned after %s, before its context ended (1 s)", took)
+		}
+	case <-time.After(testenv.Scale(10 * time.Second)):
+		t.Fatal("Shutdown did not return after its context ended")
+	}
+	// The splice was closed: the client's next request fails or takes a
+	// new connection, which is refused.
+	c.Transport.(*http.Transport).DisableKeepAlives = true
+	if err := get(); err == nil {
+		t.Error("a request after Shutdown succeeded")
+	}
+}
+
+// httpsVia returns an HTTP client that dials the Splicer at addr for
+// every https URL and accepts origin's certificate.
+func httpsVia(addr string, origin *httptest.Server, name string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
+			return d.DialContext(ctx, network, addr)
+		},
+		TLSClientConfig: &tls.Config{ServerName: name, InsecureSkipVerify: true,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				if !cs.PeerCertificates[0].Equal(origin.Certificate()) {
+					return errors.New("not the origin's certificate")
+				}
+				return nil
+			}},
+	}}
 }
