@@ -439,7 +439,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			poll = min(2*poll, 100*time.Millisecond)
 		}
 	}
+	// http.Server.Shutdown leaves its active connections open when ctx
+	// ends first: close them (the deadline force-closes, as for the
+	// relay's).
 	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		s.srv.Close()
+	}
 	s.hl.Close()
 	s.tlsHL.Close()
 	if e := s.tlsSrv.Shutdown(ctx); err == nil {
