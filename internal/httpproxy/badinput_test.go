@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"pep/internal/mode"
+	"pep/internal/rewrite"
 	"pep/internal/testenv"
 )
 
@@ -411,5 +412,64 @@ func TestSlowReaderAndPerSubscriberBound(t *testing.T) {
 	}
 	if got := testutilValue(p.M.refused.WithLabelValues("per-subscriber connection limit")); got != 1 {
 		t.Errorf("refused by the per-subscriber bound: %v, want 1", got)
+	}
+}
+
+// TestReloadHostMismatch: Proxy.Reload (what pepd's SIGHUP applies;
+// cmd/pepd's TestReloadHTTPSettings runs the binary) changes
+// http.host_mismatch and the rewriter for the next request, on a
+// kept-alive connection too; settings that do not validate are refused
+// and the running ones stay.
+func TestReloadHostMismatch(t *testing.T) {
+	ns := startDNS(t, siteRecords)
+	o := startOrigin(t, originIP, sitePages)
+	port := o.Addr.Port()
+	sc := DefaultSquidConf(testVIP)
+	sc.Subscribers, sc.AllowedPorts, sc.AllowDst, sc.Resolvers = []string{"127.0.0.0/8"}, []uint16{port}, []string{originIP + "/32"}, []string{ns.IP}
+	if ns.Addr != ns.IP+":53" {
+		sc.HostsFile = writeHosts(t, siteRecords)
+	}
+	sq := startSquid(t, sc)
+	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{port}, hostMismatch: "refuse",
+		listener: func(l net.Listener) net.Listener { return fakeIntercept{l, o.Addr} }})
+	k := dialKeepAlive(t, p.Addr)
+	mismatch := "GET /app.js HTTP/1.1\r\nHost: elsewhere.test:" + o.Port + "\r\n\r\n"
+	pageReq := "GET / HTTP/1.1\r\nHost: www.site.test:" + o.Port + "\r\n\r\n"
+	if resp, body := k.do(mismatch); resp.StatusCode != 403 || !strings.Contains(body, "host does not match destination") {
+		t.Fatalf("refuse: %d %q", resp.StatusCode, body)
+	}
+	if resp, body := k.do(pageReq); resp.StatusCode != 200 || !strings.Contains(body, "http://192.0.2.12/static.other.test") {
+		t.Fatalf("url mode page before the reload: %d, not rewritten: %.300q", resp.StatusCode, body)
+	}
+
+	st := *p.Proxy.settings.Load()
+	st.HostMismatch = "direct"
+	rw, err := rewrite.New(testVIP.String(), rewrite.Config{MaxBodyBytes: 16}, testLogger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Rewriter = rw // pages above 16 bytes pass unrewritten
+	if err := p.Proxy.Reload(st); err != nil {
+		t.Fatal(err)
+	}
+	before := o.hitCount("elsewhere.test/app.js")
+	if resp, _ := k.do(mismatch); resp.StatusCode != 404 || resp.Header.Get("Cache-Control") != "no-store" {
+		t.Errorf("direct after the reload, same connection: %d Cache-Control %q; want the origin's 404, no-store", resp.StatusCode, resp.Header.Get("Cache-Control"))
+	}
+	if got := o.hitCount("elsewhere.test/app.js"); got != before+1 {
+		t.Errorf("origin saw elsewhere.test %d times, want %d", got, before+1)
+	}
+	if resp, body := k.do(pageReq); resp.StatusCode != 200 || strings.Contains(body, "http://192.0.2.12/") || !strings.Contains(body, "http://static.other.test") {
+		t.Errorf("url mode page after the reload with a 16-byte rewrite bound: %d, want it unrewritten: %.300q", resp.StatusCode, body)
+	}
+
+	bad := st
+	bad.HostMismatch = "bounce"
+	if err := p.Proxy.Reload(bad); err == nil {
+		t.Error("Reload accepted host_mismatch \"bounce\"")
+	}
+	if resp, _ := k.do(mismatch); resp.StatusCode != 404 {
+		t.Errorf("after a refused reload: %d, want the running setting's (direct) 404", resp.StatusCode)
 	}
 }
