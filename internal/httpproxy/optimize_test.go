@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"pep/internal/guard"
 	"pep/internal/mode"
 	"pep/internal/optimize"
 	"pep/internal/testenv"
@@ -128,8 +130,12 @@ func startOptWorld(t testing.TB, deadline time.Duration) *optWorld {
 		t.Fatal(err)
 	}
 	res := &Resolver{Servers: []string{ns.Addr}, Timeout: time.Second}
+	// The optimizer's dial guard as pepd sets it (cmd/pepd: the guard
+	// policy's Control): only the origin's address and port.
+	oport := uint16(mustAtoi(t, w.o.port))
+	dialGuard := guard.New(guard.Options{AllowedPorts: []uint16{oport}, Allow: []netip.Prefix{netip.MustParsePrefix(originIP + "/32")}})
 	osrv, err := optimize.New(optimize.Options{Image: optimize.DefaultImageOptions(), Lookup: res.Lookup, Metrics: om, Log: testLogger(t),
-		Deadline: deadline})
+		Deadline: deadline, Control: dialGuard.Control})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,231 @@
+package optimize
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"pep/internal/dnsproxy"
+	"pep/internal/dnsproxy/dnsmasqtest"
+	"pep/internal/guard"
+	"pep/internal/testenv"
+)
+
+// serverWorld is the optimizer as Squid's parent in front of a real
+// origin (127.0.0.1, named img.opt.test by a real dnsmasq): requests go
+// to it in absolute form, as Squid sends them.
+type serverWorld struct {
+	s      *Server
+	m      *Metrics
+	origin *httptest.Server
+	conns  atomic.Int64 // connections the origin accepted
+	client *http.Client
+	base   string // http://img.opt.test:PORT
+}
+
+// startServerWorld starts dnsmasq, the origin with handlers, and a
+// Server built by New(o) with Lookup through dnsmasq and, unless
+// o.Control is set, pepd's guard allowing the origin's address and port.
+func startServerWorld(t *testing.T, o Options, handlers map[string]http.HandlerFunc) *serverWorld {
+	t.Helper()
+	testenv.Log(t)
+	w := &serverWorld{}
+	mux := http.NewServeMux()
+	for p, h := range handlers {
+		mux.HandleFunc(p, h)
+	}
+	w.origin = httptest.NewUnstartedServer(mux)
+	w.origin.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			w.conns.Add(1)
+		}
+	}
+	w.origin.Start()
+	t.Cleanup(w.origin.Close)
+	port := w.origin.Listener.Addr().(*net.TCPAddr).Port
+	up, err := dnsproxy.NewUpstream(dnsproxy.UpstreamOptions{Resolvers: []string{
+		dnsmasqtest.Start(t, []string{"host-record=img.opt.test,127.0.0.1", "local=/opt.test/"})}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.m, err = NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Image, o.Lookup, o.Metrics = DefaultImageOptions(), up.LookupA, w.m
+	if o.Control == nil {
+		g := guard.New(guard.Options{AllowedPorts: []uint16{uint16(port)}, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+		o.Control = g.Control
+	}
+	w.s, err = New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := httptest.NewServer(w.s)
+	t.Cleanup(opt.Close)
+	proxy, _ := url.Parse(opt.URL)
+	w.client = &http.Client{Timeout: testenv.Scale(20 * time.Second), Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DisableCompression: true}}
+	w.base = "http://img.opt.test:" + strconv.Itoa(port)
+	return w
+}
+
+// get sends a marked GET for path as Squid does for a request pepd
+// marked, with a browser's Accept and Accept-Encoding.
+func (w *serverWorld) get(t *testing.T, path string) (*http.Response, []byte, error) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", w.base+path, nil)
+	req.Header.Set(MarkHeader, "1")
+	req.Header.Set("Accept", "image/avif,image/webp,image/apng,image/*,*/*;q=0.8")
+	req.Header.Set("Accept-Encoding", "gzip, deflate")
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+func (w *serverWorld) skipped(reason string) float64 {
+	return testutil.ToFloat64(w.m.skipped.WithLabelValues(reason))
+}
+
+func serveBytes(ctype string, b []byte, header ...string) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", ctype)
+		for i := 0; i+1 < len(header); i += 2 {
+			rw.Header().Set(header[i], header[i+1])
+		}
+		rw.Write(b)
+	}
+}
+
+// TestServerSkips: the optimizer's paths that leave a body as the origin
+// sent it, each through the real Server and a real origin: a body over
+// MaxBodyBytes (streamed through), a full transform queue (overload), a
+// body the origin encoded itself, an origin that fails mid-body (the
+// failure reaches Squid, never a short body that looks whole), and the
+// dial guard (an origin address the guard refuses is never connected).
+// The transformed path is the control: the same image becomes WebP.
+func TestServerSkips(t *testing.T) {
+	photo := readTestdata(t, "photo.jpg")
+	css := bytes.Repeat([]byte("body { margin: 0; padding: 0; font-family: sans-serif; }\n"), 200)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(css)
+	zw.Close()
+	handlers := map[string]http.HandlerFunc{
+		"/photo.jpg":   serveBytes(TypeJPEG, photo, "Cache-Control", "max-age=3600"),
+		"/again.jpg":   serveBytes(TypeJPEG, photo, "Cache-Control", "max-age=3600"),
+		"/encoded.css": serveBytes("text/css", gz.Bytes(), "Content-Encoding", "gzip"),
+		"/cut.css": func(rw http.ResponseWriter, r *http.Request) {
+			rw.Header().Set("Content-Type", "text/css")
+			rw.Header().Set("Content-Length", strconv.Itoa(len(css)))
+			rw.WriteHeader(200)
+			rw.Write(css[:len(css)/4])
+			rw.(http.Flusher).Flush()
+			c, _, err := http.NewResponseController(rw).Hijack()
+			if err == nil {
+				c.Close() // the origin dies a quarter into the body
+			}
+		},
+	}
+
+	t.Run("transformed (control)", func(t *testing.T) {
+		w := startServerWorld(t, Options{Deadline: testenv.Scale(time.Minute)}, handlers)
+		resp, b, err := w.get(t, "/photo.jpg")
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != TypeWebP || len(b) >= len(photo) {
+			t.Fatalf("%v %v: %q, %d bytes", resp, err, resp.Header.Get("Content-Type"), len(b))
+		}
+	})
+
+	t.Run("too large", func(t *testing.T) {
+		w := startServerWorld(t, Options{MaxBodyBytes: int64(len(photo) / 2), Deadline: testenv.Scale(time.Minute)}, handlers)
+		resp, b, err := w.get(t, "/photo.jpg")
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != TypeJPEG || !bytes.Equal(b, photo) {
+			t.Fatalf("%v %v: %q, %d bytes, want the origin's JPEG byte for byte", resp, err, resp.Header.Get("Content-Type"), len(b))
+		}
+		if got := w.skipped(SkipTooLarge); got != 1 {
+			t.Errorf("skipped{%q} = %v, want 1", SkipTooLarge, got)
+		}
+	})
+
+	t.Run("overload", func(t *testing.T) {
+		w := startServerWorld(t, Options{Workers: 1, Queue: 1, Deadline: testenv.Scale(time.Minute)}, handlers)
+		// The one worker is busy and the one queue place taken.
+		w.s.slots <- struct{}{}
+		w.s.queued <- struct{}{}
+		resp, b, err := w.get(t, "/photo.jpg")
+		<-w.s.queued
+		<-w.s.slots
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != TypeJPEG || !bytes.Equal(b, photo) {
+			t.Fatalf("%v %v: %q, %d bytes, want the origin's JPEG byte for byte", resp, err, resp.Header.Get("Content-Type"), len(b))
+		}
+		if got := w.skipped(SkipOverload); got != 1 {
+			t.Errorf("skipped{%q} = %v, want 1", SkipOverload, got)
+		}
+		// Free again: the next image is transformed.
+		if resp, _, err := w.get(t, "/again.jpg"); err != nil || resp.Header.Get("Content-Type") != TypeWebP {
+			t.Errorf("after the overload: %v %v, want WebP", resp, err)
+		}
+	})
+
+	t.Run("already encoded", func(t *testing.T) {
+		w := startServerWorld(t, Options{Deadline: testenv.Scale(time.Minute)}, handlers)
+		resp, b, err := w.get(t, "/encoded.css")
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "gzip" || !bytes.Equal(b, gz.Bytes()) {
+			t.Fatalf("%v %v: Content-Encoding %q, %d bytes, want the origin's gzip body byte for byte", resp, err, resp.Header.Get("Content-Encoding"), len(b))
+		}
+		if got := w.skipped(SkipEncoded); got != 1 {
+			t.Errorf("skipped{%q} = %v, want 1", SkipEncoded, got)
+		}
+	})
+
+	t.Run("origin fails mid-body", func(t *testing.T) {
+		w := startServerWorld(t, Options{Deadline: testenv.Scale(time.Minute)}, handlers)
+		resp, b, err := w.get(t, "/cut.css")
+		if err == nil {
+			t.Fatalf("%v: %d bytes read without an error, want the origin's failure passed on", resp, len(b))
+		}
+		if resp.Header.Get("Content-Encoding") != "" || !bytes.HasPrefix(css, b) {
+			t.Errorf("Content-Encoding %q, %d bytes: want what came, as it came", resp.Header.Get("Content-Encoding"), len(b))
+		}
+		t.Logf("%d of %d bytes, then %v", len(b), len(css), err)
+		w.s.results.mu.Lock()
+		n := w.s.results.ll.Len()
+		w.s.results.mu.Unlock()
+		if n != 0 {
+			t.Errorf("%d results kept after a failed body", n)
+		}
+	})
+
+	t.Run("dial guard", func(t *testing.T) {
+		// pepd's guard as configured in the field: loopback is not an
+		// origin.
+		refuse := guard.New(guard.Options{AllowedPorts: []uint16{80}})
+		w := startServerWorld(t, Options{Deadline: testenv.Scale(time.Minute), Control: refuse.Control}, handlers)
+		resp, b, err := w.get(t, "/photo.jpg")
+		if err != nil || resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("%v %v %.200q, want 502 from the optimizer", resp, err, b)
+		}
+		if n := w.conns.Load(); n != 0 {
+			t.Errorf("the origin accepted %d connections through a guard that refuses it", n)
+		}
+		if !strings.Contains(string(b), "origin failed") {
+			t.Errorf("body %q", b)
+		}
+	})
+}
