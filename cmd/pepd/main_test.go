@@ -44,12 +44,24 @@ func freePort(t *testing.T) string {
 // (127.0.0.1:3131), which another pepd on the machine may hold.
 const noOptimizer = "optimize:\n  listen: \"\"\n"
 
+// pepdBinDir is the folder pepdBin built into; TestMain removes it.
+var pepdBinDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if pepdBinDir != "" {
+		os.RemoveAll(pepdBinDir)
+	}
+	os.Exit(code)
+}
+
 // pepdBin builds the pepd binary once per test process.
 var pepdBin = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "pepd-bin-")
 	if err != nil {
 		return "", err
 	}
+	pepdBinDir = dir
 	bin := filepath.Join(dir, "pepd")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
