@@ -76,16 +76,15 @@ test-unit: ## go test ./... (root runs the namespace, Squid, dnsmasq and Chromiu
 test: deps vet build test-unit ## every test: unit, integration (real Squid, dnsmasq, Chromium, namespaces), a 60 s soak
 	@$(MAKE) --no-print-directory soak SOAK_DURATION=60s SOAK_TIMEOUT=10m
 
-# test-egress: the tests (EGRESS_PKGS) in a network namespace of their own
-# whose only way off the machine is a veth with nothing behind it
+# test-egress: test-unit in a network namespace of its own whose only way
+# off the machine is a veth with nothing behind it
 # (internal/testenv/egress.sh): nftables records every TCP or UDP packet
 # sent there, and the target fails if there is one. Test binaries are built
-# first, outside; inside, Go may not download (GOPROXY=off).
-EGRESS_PKGS ?= ./...
-
-test-egress: deps build ## every test where nothing can leave the machine; fails if one sent a TCP/UDP packet off loopback and its own namespaces (root)
-	$(GO) test -count=1 -run '^$$' $(EGRESS_PKGS) >/dev/null
-	GOPROXY=off GOTOOLCHAIN=local sh internal/testenv/egress.sh $(GO) test -count=1 -timeout 30m $(EGRESS_PKGS)
+# first, outside; inside, Go may not download (GOPROXY=off). One package:
+# sh internal/testenv/egress.sh go test ./x/
+test-egress: deps build ## test-unit where nothing can leave the machine; fails if a test sent a TCP/UDP packet off loopback and its own namespaces (root)
+	$(GO) test -count=1 -run '^$$' ./... >/dev/null
+	GOPROXY=off GOTOOLCHAIN=local sh internal/testenv/egress.sh $(MAKE) --no-print-directory test-unit
 
 bench: ## Go benchmarks (rewriter, DNS, emulator, HTTP path)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./...
