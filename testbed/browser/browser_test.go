@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"pep/internal/testenv"
 	"pep/testbed/topo"
 )
 
@@ -175,6 +176,7 @@ func TestParseResolver(t *testing.T) {
 // event never comes is reported as not loaded.
 func TestLoadLocalPage(t *testing.T) {
 	needChromium(t)
+	testenv.Log(t)
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -217,8 +219,10 @@ func TestLoadLocalPage(t *testing.T) {
 			t.Errorf("load %d: DCL %s, want in (0, PLT %s]", i+1, p.DCL, p.PLT)
 		}
 		// Paint metrics present and ordered: TTFB <= FCP <= LCP <= load
-		// event (+ 50 ms: the slow image can paint as the load event ends).
-		if p.TTFB <= 0 || p.FCP < p.TTFB || p.LCP < p.FCP || p.LCP > p.PLT+50*time.Millisecond {
+		// event, within 500 ms (scaled): the slow image can paint after
+		// the load event ends, by 226 ms on a machine at load average 40
+		// (make test beside other jobs) where an idle one shows 0-50 ms.
+		if p.TTFB <= 0 || p.FCP < p.TTFB || p.LCP < p.FCP || p.LCP > p.PLT+testenv.Scale(500*time.Millisecond) {
 			t.Errorf("load %d: TTFB %s FCP %s LCP %s PLT %s, want 0 < TTFB <= FCP <= LCP <= PLT", i+1, p.TTFB, p.FCP, p.LCP, p.PLT)
 		}
 		if p.HTTPErrors != 1 {
