@@ -314,7 +314,7 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 			d.closeListeners()
 			return nil, fmt.Errorf("admin: listen %q: %w", cfg.Listen.Admin, err)
 		}
-		srv := &http.Server{Handler: admin.Handler(admin.Options{Mode: d.mode, Optimize: d.optimize.Switch, Hints: d.hints.Switch,
+		srv := &http.Server{Handler: admin.Handler(admin.Options{Mode: d.mode, Optimize: d.optimize.Switch, Hints: d.hints.Switch, HintsReset: d.hints.Learner.Reset,
 			Cache: d.cacheStatus.Status, Gatherer: d.reg, Health: d.health, Log: log}),
 			ReadHeaderTimeout: 5 * time.Second}
 		d.services = append(d.services, service{name: "admin " + ln.Addr().String(),

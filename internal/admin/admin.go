@@ -10,6 +10,7 @@
 //	               pepd runs no optimizer switch.
 //	GET  /hints    the dependency hints' switch (internal/hints), as /optimize: "on\n" or
 //	               "off\n", or {"enabled":true}; PUT/POST switch it. 404 when pepd runs no hints.
+//	DELETE /hints  forget every page the hints learned (the switch and counters stay)
 //	GET  /cache    the cache's status (cachepolicy.Status): admission, pepd's marks, Squid's
 //	               hit ratios, memory and disk objects and bytes, disk writes; text, or JSON
 //	               with Accept: application/json. 404 when pepd runs no cache status.
@@ -51,6 +52,9 @@ type Options struct {
 	// Hints is the switch /hints reads and writes (internal/hints); nil:
 	// no /hints.
 	Hints *hints.Switch
+	// HintsReset is DELETE /hints: forget what was learned; nil: no DELETE
+	// /hints.
+	HintsReset func()
 	// Cache is /cache's source, called with the request's context; nil:
 	// no /cache.
 	Cache func(context.Context) cachepolicy.Status
@@ -125,6 +129,13 @@ func Handler(o Options) http.Handler {
 	}
 	if o.Hints != nil {
 		onOffRoutes(mux, "/hints", "hints", o.Hints, log)
+	}
+	if o.HintsReset != nil {
+		mux.HandleFunc("DELETE /hints", func(w http.ResponseWriter, r *http.Request) {
+			o.HintsReset()
+			log.Info("hints learner emptied", "by", r.RemoteAddr)
+			io.WriteString(w, "emptied\n")
+		})
 	}
 	return mux
 }

@@ -405,6 +405,15 @@ func (l *Learner) expire(now time.Time) {
 	}
 }
 
+// Reset forgets every page and load in progress (the admin API's DELETE
+// /hints; the testbed before a teaching pass); the counters stay.
+func (l *Learner) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pages, l.lru = map[string]*list.Element{}, list.New()
+	l.loads, l.order = map[netip.Addr]*load{}, list.New()
+}
+
 // Counts returns the counters and the sizes now.
 func (l *Learner) Counts() Counts {
 	l.mu.Lock()

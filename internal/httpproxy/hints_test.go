@@ -2,7 +2,9 @@ package httpproxy
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"pep/internal/cputime"
 	"pep/internal/hints"
 	"pep/internal/mode"
 	"pep/internal/testenv"
@@ -210,5 +213,76 @@ func TestHintsFetchAhead(t *testing.T) {
 	}
 	if len(mine) != 2 || !strings.Contains(strings.Fields(mine[1])[3], "HIT") {
 		t.Errorf("access.log lines of 127.0.0.14 for ahead.png: want the fetch ahead then a HIT:\n%s\n(%d with HIT)", strings.Join(mine, "\n"), len(lines))
+	}
+}
+
+// BenchmarkHintsCPU measures pepd's CPU (this process: client and pepd;
+// Squid apart) per page load through the relay in off mode, with hints off
+// and on (fetch ahead off, so that only the learner and the Link fields
+// are counted): a load is the document (navigation Accept) and its
+// stylesheet, font and image, all Squid hits; with hints on the document
+// gets three Link fields and the learner records each response. Reported
+// as cpu-µs/load beside ns/op; run with -benchtime=300x.
+func BenchmarkHintsCPU(b *testing.B) {
+	ns := startDNS(b, siteRecords)
+	o := startOrigin(b, originIP, hintPages)
+	port := o.Addr.Port()
+	sc := siteSquidConf(b, ns, siteRecords, port)
+	sc.ProxyProtocol = true
+	sq := startSquid(b, sc)
+	l := hints.New(hints.Options{})
+	sw := hints.NewSwitch(false)
+	h := &Hints{Learner: l, Switch: sw}
+	p := startPepd(b, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}, hints: h,
+		log: slog.New(slog.DiscardHandler)})
+	c := p.client("127.0.0.20")
+	doc := "http://www.site.test:" + o.Port + "/hint.html"
+	css := "http://static.other.test:" + o.Port + "/hint.css"
+	reqs := []struct{ u, accept, ref string }{{doc, navAccept, ""}, {css, "text/css,*/*;q=0.1", doc},
+		{"http://static.other.test:" + o.Port + "/font.woff2", "*/*", css},
+		{"http://img.cdn.test:" + o.Port + "/hint-bg.png", "image/*", css}}
+	loadOnce := func() int {
+		links := 0
+		for i, r := range reqs {
+			req, _ := http.NewRequest("GET", r.u, nil)
+			req.Header.Set("Accept", r.accept)
+			req.Header.Set("User-Agent", "Mozilla/5.0")
+			if r.ref != "" {
+				req.Header.Set("Referer", r.ref)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if i == 0 {
+				links = len(resp.Header.Values("Link"))
+			}
+		}
+		return links
+	}
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
+			sw.Set(on)
+			for range 5 { // fill Squid; teach the learner
+				loadOnce()
+			}
+			if got := loadOnce(); on && got != 3 || !on && got != 0 {
+				b.Fatalf("hints %v: %d Link fields on the document, want %d", on, got, map[bool]int{true: 3}[on])
+			}
+			cpu0, err := cputime.Of(os.Getpid())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				loadOnce()
+			}
+			b.StopTimer()
+			cpu1, _ := cputime.Of(os.Getpid())
+			b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/load")
+		})
 	}
 }
