@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -294,6 +295,25 @@ func (p *pep) resetHints() error {
 		return fmt.Errorf("run: emptying pepd's hints: %w", err)
 	}
 	return nil
+}
+
+// logHints logs pepd's pep_hints_* series (after a +hints session: the
+// teaching pass and the measured session together; a load is counted
+// used or unused once it ended, LoadWindow after its document or at the
+// subscriber's next document).
+func (p *pep) logHints(log *slog.Logger) {
+	m, err := p.adminPath(http.MethodGet, "/metrics", "")
+	if err != nil {
+		log.Warn("hints: reading pepd's metrics", "err", err)
+		return
+	}
+	var args []any
+	for _, l := range strings.Split(m, "\n") {
+		if name, v, ok := strings.Cut(l, " "); ok && strings.HasPrefix(name, "pep_hints_") {
+			args = append(args, name, v)
+		}
+	}
+	log.Info("hints after the session", args...)
 }
 
 // Ruleset renders gw's nftables table for a mode: nothing for direct (the

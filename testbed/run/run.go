@@ -359,6 +359,9 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 		}
 		recs = append(recs, r)
 	}
+	if HasHints(m) {
+		bed.pep.logHints(bed.log.With("mode", m, "run", run))
+	}
 	return recs, s.UserAgent(), nil
 }
 
