@@ -387,7 +387,7 @@ func (d *pepd) buildHints(cfg *config.Config) error {
 	h := cfg.Hints
 	l := hints.New(hints.Options{MaxPages: h.MaxPages, MaxURLs: h.MaxURLs, Window: h.Window, Share: h.Share,
 		LoadWindow: h.LoadWindow, MaxHints: h.MaxHints, MaxHintBytes: int64(h.MaxHintBytes),
-		Origins: []string{"https://" + cfg.VIP.String()}})
+		Origins: vipOrigins(cfg)})
 	sw := hints.NewSwitch(h.Enabled)
 	m, err := hints.Register(d.reg, l, sw)
 	if err != nil {
@@ -401,6 +401,7 @@ func (d *pepd) buildHints(cfg *config.Config) error {
 		if prev := sw.Set(c.Hints.Enabled); prev != c.Hints.Enabled {
 			d.log.Info("hints switched", "enabled", c.Hints.Enabled, "by", "SIGHUP")
 		}
+		l.SetOrigins(vipOrigins(c)) // https.* follow SIGHUP
 		return nil
 	})
 	return nil

@@ -36,6 +36,7 @@ import (
 	"math/bits"
 	"net/netip"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -73,8 +74,9 @@ type Options struct {
 	// crowd out what the parser finds itself on a slow link.
 	MaxHintBytes int64
 	// Origins are https origins that are pepd's own (issue 25's VIP,
-	// "https://192.0.2.12"): their URLs are learned and hinted like http
-	// ones. Every other https URL never is (pepd does not see it).
+	// "https://192.0.2.12", "https://192.0.2.12:8443" per shard): their
+	// URLs are learned and hinted like http ones. Every other https URL
+	// never is (pepd does not see it). SetOrigins changes them.
 	Origins []string
 }
 
@@ -321,7 +323,16 @@ func (l *Learner) Subresource(sub netip.Addr, u, referer, contentType string, by
 	ld.seen[u] = &entry{as: as, bytes: bytes}
 }
 
-// own reports whether u is on one of Options.Origins.
+// SetOrigins replaces Options.Origins (pepd's https origins change with
+// its https.* settings on SIGHUP); what was learned stays.
+func (l *Learner) SetOrigins(origins []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.o.Origins = slices.Clone(origins)
+}
+
+// own reports whether u is on one of Options.Origins. Called with l.mu
+// held.
 func (l *Learner) own(u string) bool {
 	for _, o := range l.o.Origins {
 		if len(u) > len(o) && strings.HasPrefix(u, o) && u[len(o)] == '/' {

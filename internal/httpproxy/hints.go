@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -173,13 +174,14 @@ func prefetchAccept(as string) string {
 }
 
 // originURL maps a hinted URL (as the browser requests it) to the URL
-// Squid is asked for: a VIP-form URL back to its origin URL.
+// Squid is asked for: a VIP-form URL (on the VIP address or one of its
+// https names) back to its origin URL.
 func (p *Proxy) originURL(u string) (*url.URL, error) {
 	t, err := url.Parse(u)
 	if err != nil {
 		return nil, err
 	}
-	if h := t.Hostname(); h == p.vipStr {
+	if h := strings.ToLower(t.Hostname()); h == p.vipStr || slices.Contains(p.vipNames, h) {
 		// http://VIP/host/path and https://VIP/host/path alike: Squid is
 		// asked for http://host/path.
 		return rewrite.ParseVIPPath(t.RequestURI())
