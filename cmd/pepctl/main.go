@@ -4,6 +4,7 @@
 //	pepctl [-admin 127.0.0.1:9090] mode [off|dns|url]   print or switch the mode
 //	pepctl [-admin 127.0.0.1:9090] status               mode, health, main counters
 //	pepctl [-admin 127.0.0.1:9090] optimize [on|off]    print or switch the optimizer
+//	pepctl [-admin 127.0.0.1:9090] hints [on|off]       print or switch the dependency hints
 //	pepctl [-admin 127.0.0.1:9090] cache                the cache's status (GET /cache)
 //	pepctl optimize-image [-target S] [-o out.webp] FILE...  run pepd's image transform on files
 //	pepctl optimize-text [-o out.gz] FILE                  run pepd's text transform on a file
@@ -39,6 +40,7 @@ const usage = `usage:
   pepctl [-admin ADDR[,ADDR...]] mode [off|dns|url]
   pepctl [-admin ADDR[,ADDR...]] status
   pepctl [-admin ADDR[,ADDR...]] optimize [on|off]
+  pepctl [-admin ADDR[,ADDR...]] hints [on|off]
   pepctl [-admin ADDR[,ADDR...]] cache [-json]
         (several admin addresses: every gateway of an array, each line prefixed by its address)
   pepctl optimize-image [-target S] [-tile-floor S] [-quality N] [-max-pixels N] [-o out.webp] FILE...
@@ -74,16 +76,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = eachAdmin(*adminAddr, stdout, stderr, func(c *client, w io.Writer) error { return c.mode(w, rest) })
 	case "status":
 		err = eachAdmin(*adminAddr, stdout, stderr, func(c *client, w io.Writer) error { return c.status(w) })
-	case "optimize":
+	case "optimize", "hints":
 		if len(rest) > 1 || len(rest) == 1 && strings.HasPrefix(rest[0], "-") {
-			fmt.Fprint(stderr, "usage: pepctl [-admin ADDR[,ADDR...]] optimize [on|off]\n")
+			fmt.Fprintf(stderr, "usage: pepctl [-admin ADDR[,ADDR...]] %s [on|off]\n", cmd)
 			return 2
 		}
 		err = eachAdmin(*adminAddr, stdout, stderr, func(c *client, w io.Writer) error {
 			if len(rest) == 0 {
-				return c.print(w, "GET", "/optimize", "")
+				return c.print(w, "GET", "/"+cmd, "")
 			}
-			return c.print(w, "PUT", "/optimize", rest[0])
+			return c.print(w, "PUT", "/"+cmd, rest[0])
 		})
 	case "cache":
 		if len(rest) > 1 || len(rest) == 1 && rest[0] != "-json" {

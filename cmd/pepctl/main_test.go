@@ -13,12 +13,14 @@ import (
 
 	"pep/internal/admin"
 	"pep/internal/cachepolicy"
+	"pep/internal/hints"
 	"pep/internal/mode"
 )
 
 func TestCommands(t *testing.T) {
 	sw := mode.NewSwitch(mode.Off)
-	srv := httptest.NewServer(admin.Handler(admin.Options{Mode: sw}))
+	hs := hints.NewSwitch(false)
+	srv := httptest.NewServer(admin.Handler(admin.Options{Mode: sw, Hints: hs}))
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	cases := []struct {
@@ -32,6 +34,9 @@ func TestCommands(t *testing.T) {
 		{"print mode", []string{"-admin", addr, "mode"}, "", 0, "off\n", mode.Off},
 		{"switch mode", []string{"-admin", addr, "mode", "url"}, "", 0, "url (was off)\n", mode.URL},
 		{"bad mode", []string{"-admin", addr, "mode", "fast"}, "", 1, "", mode.URL},
+		{"print hints", []string{"-admin", addr, "hints"}, "", 0, "off\n", mode.URL},
+		{"switch hints", []string{"-admin", addr, "hints", "on"}, "", 0, "on (was off)\n", mode.URL},
+		{"bad hints", []string{"-admin", addr, "hints", "maybe"}, "", 1, "", mode.URL},
 		{"status", []string{"-admin", addr, "status"}, "", 0, "mode: url\nhealth: ok\n", mode.URL},
 		{"rewrite-html", []string{"rewrite-html", "-vip", "192.0.2.12", "-base", "http://www.foo.com/a/"},
 			`<img src="x.png"><a href="http://i.cnn.net/">`, 0, `<img src="http://192.0.2.12/www.foo.com/a/x.png"><a href="http://i.cnn.net/">`, mode.URL},
@@ -46,6 +51,9 @@ func TestCommands(t *testing.T) {
 			st := run(c.args, strings.NewReader(c.stdin), &out, &errb)
 			if st != c.wantStatus || !strings.HasPrefix(out.String(), c.wantOut) {
 				t.Errorf("status %d out %q (stderr %q); want %d, %q", st, out.String(), errb.String(), c.wantStatus, c.wantOut)
+			}
+			if c.name == "switch hints" && !hs.On() {
+				t.Errorf("hints switch off after pepctl hints on")
 			}
 			if sw.Get() != c.wantMode {
 				t.Errorf("mode %v, want %v", sw.Get(), c.wantMode)

@@ -46,6 +46,7 @@ import (
 	"pep/internal/config"
 	"pep/internal/dnsproxy"
 	"pep/internal/guard"
+	"pep/internal/hints"
 	"pep/internal/httpproxy"
 	"pep/internal/intercept"
 	"pep/internal/mode"
@@ -202,6 +203,8 @@ type pepd struct {
 	reg      *prometheus.Registry
 	mode     *mode.Switch
 	optimize *optimize.Policy
+	// hints are the dependency hints (internal/hints), switch and learner.
+	hints *httpproxy.Hints
 	// cache is the cache policy (admission, marks' counters) and
 	// cacheStatus what GET /cache shows (internal/cachepolicy).
 	cache       *cachepolicy.Policy
@@ -247,10 +250,13 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 	if err := d.buildCache(cfg); err != nil {
 		return nil, err
 	}
+	if err := d.buildHints(cfg); err != nil {
+		return nil, err
+	}
 	d.proxy, err = httpproxy.New(httpproxy.Options{
 		VIP: cfg.VIP, VIPNames: lower(cfg.HTTPS.Names), Squid: cfg.Squid, SquidProxyProtocol: cfg.SquidProxyProtocol,
 		UpstreamTimeout: cfg.HTTP.UpstreamTimeout, UpstreamIdle: cfg.HTTP.UpstreamIdle, Mode: d.mode, Log: log, Metrics: hm, Settings: st,
-		Optimize: d.optimize, Cache: d.cache,
+		Optimize: d.optimize, Cache: d.cache, Hints: d.hints,
 	})
 	if err != nil {
 		return nil, err
@@ -308,7 +314,7 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 			d.closeListeners()
 			return nil, fmt.Errorf("admin: listen %q: %w", cfg.Listen.Admin, err)
 		}
-		srv := &http.Server{Handler: admin.Handler(admin.Options{Mode: d.mode, Optimize: d.optimize.Switch,
+		srv := &http.Server{Handler: admin.Handler(admin.Options{Mode: d.mode, Optimize: d.optimize.Switch, Hints: d.hints.Switch, HintsReset: d.hints.Learner.Reset,
 			Cache: d.cacheStatus.Status, Gatherer: d.reg, Health: d.health, Log: log}),
 			ReadHeaderTimeout: 5 * time.Second}
 		d.services = append(d.services, service{name: "admin " + ln.Addr().String(),
@@ -371,6 +377,33 @@ func (d *pepd) buildOptimizer(cfg *config.Config) error {
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	d.services = append(d.services, service{name: "optimize " + ln.Addr().String(),
 		serve: func() error { return hs.Serve(ln) }, shutdown: hs.Shutdown})
+	return nil
+}
+
+// buildHints creates the dependency learner and its switch (issue 26);
+// the switch follows SIGHUP, the learner's sizes need a restart. Its
+// series (pep_hints_*) exist from the start, on or off.
+func (d *pepd) buildHints(cfg *config.Config) error {
+	h := cfg.Hints
+	l := hints.New(hints.Options{MaxPages: h.MaxPages, MaxURLs: h.MaxURLs, Window: h.Window, Share: h.Share,
+		LoadWindow: h.LoadWindow, MaxHints: h.MaxHints, MaxHintBytes: int64(h.MaxHintBytes),
+		Origins: vipOrigins(cfg)})
+	sw := hints.NewSwitch(h.Enabled)
+	m, err := hints.Register(d.reg, l, sw)
+	if err != nil {
+		return err
+	}
+	d.hints = &httpproxy.Hints{Learner: l, Switch: sw, Metrics: m}
+	if h.Prefetch {
+		d.hints.PrefetchPerSubscriber, d.hints.PrefetchMax = h.PrefetchPerSubscriber, h.PrefetchMax
+	}
+	d.reloaders = append(d.reloaders, func(c *config.Config) error {
+		if prev := sw.Set(c.Hints.Enabled); prev != c.Hints.Enabled {
+			d.log.Info("hints switched", "enabled", c.Hints.Enabled, "by", "SIGHUP")
+		}
+		l.SetOrigins(vipOrigins(c)) // https.* follow SIGHUP
+		return nil
+	})
 	return nil
 }
 

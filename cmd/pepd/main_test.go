@@ -206,10 +206,26 @@ func TestProcess(t *testing.T) {
 	if strings.Join(got, ",") != "192.0.2.12,198.19.0.5" {
 		t.Errorf("dns mode answer for www.foo.com = %v, want [192.0.2.12 198.19.0.5] (VIP first, origin kept)", got)
 	}
+	// The hints' switch: off as configured, on by the admin API, off
+	// again by SIGHUP (hints.enabled); its series exist from the start.
+	if got := get("/hints"); got != "off\n" {
+		t.Errorf("/hints = %q, want off", got)
+	}
+	req, _ = http.NewRequest("PUT", "http://"+admin+"/hints", strings.NewReader("on"))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PUT /hints: %v %v", resp, err)
+	}
+	if got := get("/metrics"); !strings.Contains(got, "pep_hints_enabled 1") || !strings.Contains(got, "pep_hints_sent_total 0") ||
+		!strings.Contains(got, `pep_hints_prefetches_total{outcome="hit"} 0`) || !strings.Contains(got, "pep_hints_pages 0") {
+		t.Errorf("/metrics after PUT /hints on lacks pep_hints_enabled 1 or a pep_hints_* series at 0")
+	}
 	p.write(t, cfg("url"))
 	p.reload(t, "config reloaded", 1)
 	if got := get("/mode"); got != "url\n" {
 		t.Errorf("after SIGHUP: mode %q, want url", got)
+	}
+	if got := get("/hints"); got != "off\n" {
+		t.Errorf("after SIGHUP: /hints = %q, want off (hints.enabled false)", got)
 	}
 	if got := get("/metrics"); !strings.Contains(got, `pep_admin_mode{mode="url"} 1`) || !strings.Contains(got, "pep_http_open_connections") {
 		t.Errorf("/metrics lacks pep_admin_mode or pep_http_* series")

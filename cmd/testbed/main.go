@@ -84,6 +84,7 @@ func cmdRun(args []string) error {
 	profiles := fs.String("profile", strings.Join(c.Profiles, ","), "netem profiles (names or files), comma-separated")
 	fs.StringVar(&c.Wired, "wired", c.Wired, `netem profile for the gw-core link: the origins' distance from the gateway; "none": 0 ms`)
 	modes := fs.String("modes", strings.Join(c.Modes, ","), "modes to compare: direct, off, dns, url, url-https-kN (url mode over the VIP's HTTPS origin, HTTP/2, k shards; N 1..16), and those but direct with +opt (pepd's optimizer on)")
+	hintsFlag := fs.String("hints", "", "off, on or off,on: run every mode but direct without and/or with pepd's dependency hints (adds the +hints modes; each such session starts with a teaching pass by another browser profile, discarded)")
 	optimize := fs.String("optimize", "", "off, on or off,on: run every mode but direct without and/or with pepd's optimizer (adds the +opt modes)")
 	fs.IntVar(&c.Runs, "runs", c.Runs, "runs per mode (each a fresh browser and, unless -warm, a cold Squid)")
 	fs.StringVar(&c.Pages, "pages", "", `pages: "" (all), N (the first N) or a comma-separated list of names`)
@@ -130,6 +131,12 @@ func cmdRun(args []string) error {
 	if *optimize != "" {
 		var err error
 		if c.Modes, err = run.WithOptimize(c.Modes, splitList(*optimize)); err != nil {
+			return err
+		}
+	}
+	if *hintsFlag != "" {
+		var err error
+		if c.Modes, err = run.WithHints(c.Modes, splitList(*hintsFlag)); err != nil {
 			return err
 		}
 	}

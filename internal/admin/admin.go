@@ -8,6 +8,9 @@
 //	PUT  /optimize switch it; body "on"/"off" (text/plain) or {"enabled":true} (application/json);
 //	               answers the new and the previous state. POST is accepted as well. 404 when
 //	               pepd runs no optimizer switch.
+//	GET  /hints    the dependency hints' switch (internal/hints), as /optimize: "on\n" or
+//	               "off\n", or {"enabled":true}; PUT/POST switch it. 404 when pepd runs no hints.
+//	DELETE /hints  forget every page the hints learned (the switch and counters stay)
 //	GET  /cache    the cache's status (cachepolicy.Status): admission, pepd's marks, Squid's
 //	               hit ratios, memory and disk objects and bytes, disk writes; text, or JSON
 //	               with Accept: application/json. 404 when pepd runs no cache status.
@@ -35,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"pep/internal/cachepolicy"
+	"pep/internal/hints"
 	"pep/internal/mode"
 	"pep/internal/optimize"
 )
@@ -45,6 +49,12 @@ type Options struct {
 	Mode *mode.Switch
 	// Optimize is the switch /optimize reads and writes; nil: no /optimize.
 	Optimize *optimize.Switch
+	// Hints is the switch /hints reads and writes (internal/hints); nil:
+	// no /hints.
+	Hints *hints.Switch
+	// HintsReset is DELETE /hints: forget what was learned; nil: no DELETE
+	// /hints.
+	HintsReset func()
 	// Cache is /cache's source, called with the request's context; nil:
 	// no /cache.
 	Cache func(context.Context) cachepolicy.Status
@@ -115,25 +125,46 @@ func Handler(o Options) http.Handler {
 		})
 	}
 	if o.Optimize != nil {
-		mux.HandleFunc("GET /optimize", func(w http.ResponseWriter, r *http.Request) {
-			writeOptimize(w, r, OptimizeBody{Enabled: o.Optimize.On()})
+		onOffRoutes(mux, "/optimize", "optimizer", o.Optimize, log)
+	}
+	if o.Hints != nil {
+		onOffRoutes(mux, "/hints", "hints", o.Hints, log)
+	}
+	if o.HintsReset != nil {
+		mux.HandleFunc("DELETE /hints", func(w http.ResponseWriter, r *http.Request) {
+			o.HintsReset()
+			log.Info("hints learner emptied", "by", r.RemoteAddr)
+			io.WriteString(w, "emptied\n")
 		})
-		putOpt := func(w http.ResponseWriter, r *http.Request) {
-			on, err := readOptimize(r)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			prev := o.Optimize.Set(on)
-			if prev != on {
-				log.Info("optimizer switched", "enabled", on, "previous", prev, "by", r.RemoteAddr)
-			}
-			writeOptimize(w, r, OptimizeBody{Enabled: on, Previous: &prev})
-		}
-		mux.HandleFunc("PUT /optimize", putOpt)
-		mux.HandleFunc("POST /optimize", putOpt)
 	}
 	return mux
+}
+
+// onOffSwitch is a run-time on/off switch (optimize.Switch, hints.Switch).
+type onOffSwitch interface {
+	On() bool
+	Set(on bool) (prev bool)
+}
+
+// onOffRoutes serves GET, PUT and POST on path for sw, as /optimize.
+func onOffRoutes(mux *http.ServeMux, path, name string, sw onOffSwitch, log *slog.Logger) {
+	mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
+		writeOptimize(w, r, OptimizeBody{Enabled: sw.On()})
+	})
+	put := func(w http.ResponseWriter, r *http.Request) {
+		on, err := readOptimize(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		prev := sw.Set(on)
+		if prev != on {
+			log.Info(name+" switched", "enabled", on, "previous", prev, "by", r.RemoteAddr)
+		}
+		writeOptimize(w, r, OptimizeBody{Enabled: on, Previous: &prev})
+	}
+	mux.HandleFunc("PUT "+path, put)
+	mux.HandleFunc("POST "+path, put)
 }
 
 // readMode parses a PUT /mode body: JSON {"mode":"url"} when the content
@@ -161,7 +192,8 @@ func readMode(r *http.Request) (mode.Mode, error) {
 	return mode.Parse(s)
 }
 
-// OptimizeBody is the JSON shape of /optimize requests and answers.
+// OptimizeBody is the JSON shape of /optimize and /hints requests and
+// answers.
 type OptimizeBody struct {
 	Enabled  bool  `json:"enabled"`
 	Previous *bool `json:"previous,omitempty"`

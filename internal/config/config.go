@@ -75,6 +75,10 @@ type Config struct {
 	// disk admission, the memory cache's object bound, the status
 	// interface (internal/cachepolicy, issue 13).
 	Cache Cache `yaml:"cache"`
+	// Hints are the dependency hints (internal/hints, issue 26): pages'
+	// dependency sets learned from the loads pepd sees, hinted on the next
+	// document (Link: rel=preload) and fetched ahead into Squid.
+	Hints Hints `yaml:"hints"`
 	// Radio are socket options of the subscriber-facing connections.
 	Radio Radio `yaml:"radio"`
 	// HTTPS is the VIP as the operator's own HTTPS origin (issue 25):
@@ -251,6 +255,42 @@ type Optimize struct {
 	ExcludeFile string `yaml:"exclude_file"`
 }
 
+// Hints holds the dependency hints' settings (internal/hints,
+// httpproxy.Hints). Enabled follows SIGHUP; the rest needs a restart.
+type Hints struct {
+	// Enabled learns, hints and fetches ahead. Default false.
+	Enabled bool `yaml:"enabled"`
+	// MaxPages is the number of pages remembered, least recently loaded
+	// evicted (hints.Options.MaxPages). Default 10000.
+	MaxPages int `yaml:"max_pages"`
+	// MaxURLs is the number of subresource URLs remembered per page.
+	// Default 64.
+	MaxURLs int `yaml:"max_urls"`
+	// Window is the number of recent loads a page's statistics cover,
+	// 1-32. Default 8.
+	Window int `yaml:"window"`
+	// Share is the fraction of the recent loads that must have requested a
+	// URL for it to be hinted, in (0, 1]. Default 0.5.
+	Share float64 `yaml:"share"`
+	// LoadWindow is how long after a document request a subscriber's
+	// requests count as that document's load. Default 30s.
+	LoadWindow time.Duration `yaml:"load_window"`
+	// MaxHints caps the hints on one document. Default 20.
+	MaxHints int `yaml:"max_hints"`
+	// MaxHintBytes caps the sum of the hinted URLs' sizes for one
+	// document. Default 1MiB.
+	MaxHintBytes ByteSize `yaml:"max_hint_bytes"`
+	// Prefetch asks Squid for a document's hinted URLs as the document
+	// request arrives. Default true.
+	Prefetch bool `yaml:"prefetch"`
+	// PrefetchPerSubscriber bounds the fetches ahead in flight for one
+	// subscriber. Default 8.
+	PrefetchPerSubscriber int `yaml:"prefetch_per_subscriber"`
+	// PrefetchMax bounds the fetches ahead in flight over all
+	// subscribers. Default 256.
+	PrefetchMax int `yaml:"prefetch_max"`
+}
+
 // Cache holds the cache settings (internal/cachepolicy). Admission also
 // changes configs/squid.conf (pepctl squid-conf renders its rule from this
 // section): render it again and reload Squid when switching it on.
@@ -415,7 +455,9 @@ func Default() Config {
 		Cache: Cache{Admission: "off", Window: time.Hour, FilterItems: 1_000_000, MemoryMaxObject: 1 << 20,
 			StatusTimeout: 2 * time.Second},
 		HTTPS: HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512},
-		Log:   Log{Level: "info", Format: "text"},
+		Hints: Hints{MaxPages: 10000, MaxURLs: 64, Window: 8, Share: 0.5, LoadWindow: 30 * time.Second, MaxHints: 20,
+			MaxHintBytes: 1 << 20, Prefetch: true, PrefetchPerSubscriber: 8, PrefetchMax: 256},
+		Log: Log{Level: "info", Format: "text"},
 	}
 }
 
@@ -740,6 +782,27 @@ func (c *Config) Validate() error {
 		if _, err := os.Stat(o.ExcludeFile); err != nil {
 			return field.Errorf("optimize.exclude_file", "%w", err)
 		}
+	}
+	hn := c.Hints
+	switch {
+	case hn.MaxPages < 1:
+		return field.Errorf("hints.max_pages", "%d must be at least 1", hn.MaxPages)
+	case hn.MaxURLs < 1:
+		return field.Errorf("hints.max_urls", "%d must be at least 1", hn.MaxURLs)
+	case hn.Window < 1 || hn.Window > 32:
+		return field.Errorf("hints.window", "%d is outside 1..32", hn.Window)
+	case hn.Share <= 0 || hn.Share > 1:
+		return field.Errorf("hints.share", "%v is outside (0, 1]", hn.Share)
+	case hn.LoadWindow < time.Second:
+		return field.Errorf("hints.load_window", "%v is below 1s", hn.LoadWindow)
+	case hn.MaxHints < 1:
+		return field.Errorf("hints.max_hints", "%d must be at least 1", hn.MaxHints)
+	case hn.MaxHintBytes < 1:
+		return field.Errorf("hints.max_hint_bytes", "%d must be at least 1", hn.MaxHintBytes)
+	case hn.PrefetchPerSubscriber < 1:
+		return field.Errorf("hints.prefetch_per_subscriber", "%d must be at least 1", hn.PrefetchPerSubscriber)
+	case hn.PrefetchMax < 1:
+		return field.Errorf("hints.prefetch_max", "%d must be at least 1", hn.PrefetchMax)
 	}
 	k := c.Cache
 	switch {

@@ -84,6 +84,9 @@ func TestErrors(t *testing.T) {
 		{"small filter", "cache:\n  filter_items: 10\n", `bad.yaml:2: cache.filter_items: 10 is outside 1000..1000000000`},
 		{"memory object bound", "cache:\n  memory_max_object: 2GiB\n", `bad.yaml:2: cache.memory_max_object: 2147483648 is outside 1KiB..1GiB`},
 		{"unknown cache key", "cache:\n  admision: off\n", `bad.yaml:2: cache: unknown key "admision" (did you mean "admission"?)`},
+		{"hints window", "hints:\n  window: 40\n", `bad.yaml:2: hints.window: 40 is outside 1..32`},
+		{"hints share", "hints:\n  enabled: true\n  share: 0\n", `bad.yaml:3: hints.share: 0 is outside (0, 1]`},
+		{"hints load window", "hints:\n  load_window: 10ms\n", `bad.yaml:2: hints.load_window: 10ms is below 1s`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -15,7 +15,9 @@
 // subresource URL, a bit per recent load (the last Options.Window loads) in
 // which the URL was requested. A URL is hinted once the page has at least
 // Options.MinLoads loads and the URL was requested in at least Options.Share
-// of them; a URL no recent load requested ages out. Memory is bounded as a
+// of them, and in two of them once the page has two (so a URL whose query
+// changes on every load is hinted at most on the second load); a URL no
+// recent load requested ages out. Memory is bounded as a
 // cache's: at most Options.MaxPages pages (least recently loaded evicted),
 // Options.MaxURLs entries per page (the least seen evicted), and
 // Options.MaxLoads loads in progress.
@@ -34,6 +36,7 @@ import (
 	"math/bits"
 	"net/netip"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -70,6 +73,11 @@ type Options struct {
 	// one document, in bytes (default 1 MiB), so that preloads cannot
 	// crowd out what the parser finds itself on a slow link.
 	MaxHintBytes int64
+	// Origins are https origins that are pepd's own (issue 25's VIP,
+	// "https://192.0.2.12", "https://192.0.2.12:8443" per shard): their
+	// URLs are learned and hinted like http ones. Every other https URL
+	// never is (pepd does not see it). SetOrigins changes them.
+	Origins []string
 }
 
 func (o Options) withDefaults() Options {
@@ -305,7 +313,7 @@ func (l *Learner) Subresource(sub netip.Addr, u, referer, contentType string, by
 		ld.hosts[strings.ToLower(pu.Hostname())] = true
 	}
 	as := Destination(contentType)
-	if !cacheable || as == "" || !strings.HasPrefix(u, "http://") {
+	if !cacheable || as == "" || !strings.HasPrefix(u, "http://") && !l.own(u) {
 		return
 	}
 	if e := ld.seen[u]; e != nil {
@@ -313,6 +321,41 @@ func (l *Learner) Subresource(sub netip.Addr, u, referer, contentType string, by
 		return
 	}
 	ld.seen[u] = &entry{as: as, bytes: bytes}
+}
+
+// SetOrigins replaces Options.Origins (pepd's https origins change with
+// its https.* settings on SIGHUP); what was learned stays.
+func (l *Learner) SetOrigins(origins []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.o.Origins = slices.Clone(origins)
+}
+
+// own reports whether u is on one of Options.Origins. Called with l.mu
+// held.
+func (l *Learner) own(u string) bool {
+	for _, o := range l.o.Origins {
+		if len(u) > len(o) && strings.HasPrefix(u, o) && u[len(o)] == '/' {
+			return true
+		}
+	}
+	return false
+}
+
+// InLoad reports whether a document request from sub with this Referer at
+// now belongs to sub's load in progress (a frame of the page being
+// loaded, not a new navigation): the load started less than LoadWindow
+// ago and the Referer is non-empty and names the document's host or a host
+// the load requested. Such a document is recorded with Subresource (HTML:
+// not learned) and gets no hints.
+func (l *Learner) InLoad(sub netip.Addr, referer string, now time.Time) bool {
+	if referer == "" {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ld := l.loads[sub]
+	return ld != nil && now.Sub(ld.start) < l.o.LoadWindow && ld.refererFits(referer)
 }
 
 func (ld *load) refererFits(referer string) bool {
@@ -373,6 +416,15 @@ func (l *Learner) expire(now time.Time) {
 	}
 }
 
+// Reset forgets every page and load in progress (the admin API's DELETE
+// /hints; the testbed before a teaching pass); the counters stay.
+func (l *Learner) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pages, l.lru = map[string]*list.Element{}, list.New()
+	l.loads, l.order = map[netip.Addr]*load{}, list.New()
+}
+
 // Counts returns the counters and the sizes now.
 func (l *Learner) Counts() Counts {
 	l.mu.Lock()
@@ -410,7 +462,10 @@ func (l *Learner) hints(p *page) []Hint {
 		return nil
 	}
 	n := min(p.loads, l.o.Window)
-	need := int(l.o.Share*float64(n) + 0.999999)
+	// At least two loads once the page has two: a URL seen in one load
+	// only (a per-load query, an ad) is not hinted again and again while
+	// Share of few loads is one load.
+	need := max(int(l.o.Share*float64(n)+0.999999), min(n, 2))
 	mask := uint32(1)<<uint(l.o.Window) - 1
 	if l.o.Window == 32 {
 		mask = ^uint32(0)

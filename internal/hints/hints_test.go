@@ -243,3 +243,64 @@ func BenchmarkDocument(b *testing.B) {
 		now = now.Add(time.Second)
 	}
 }
+
+// TestVolatileQueryAtMostOnce: a subresource whose query changes on every
+// load is hinted on the second load at most (one teaching load cannot tell
+// it apart), never from the third on, while a stable one is.
+func TestVolatileQueryAtMostOnce(t *testing.T) {
+	l := New(Options{})
+	doc := "http://www.site.test/"
+	for i := 0; i < 5; i++ {
+		hs := loadPage(l, sub1, doc, t0.Add(time.Duration(i)*time.Minute),
+			[2]string{"http://cdn.site.test/app.js", "text/javascript"},
+			[2]string{fmt.Sprintf("http://ads.site.test/px.gif?r=%d", 7919*i), "image/gif"})
+		if i >= 2 && (len(hs) != 1 || hs[0].URL != "http://cdn.site.test/app.js") {
+			t.Fatalf("load %d: hints %v, want the script alone", i+1, urls(hs))
+		}
+	}
+}
+
+// TestOwnHTTPSOrigin: https URLs of Options.Origins (pepd's own VIP
+// origin) are learned and hinted; other https URLs and look-alike hosts
+// are not.
+func TestOwnHTTPSOrigin(t *testing.T) {
+	l := New(Options{Origins: []string{"https://192.0.2.12"}})
+	doc := "http://www.site.test/"
+	deps := [][2]string{
+		{"https://192.0.2.12/cdn.site.test/a.css", "text/css"},
+		{"https://192.0.2.123/cdn.site.test/b.css", "text/css"},
+		{"https://cdn.site.test/c.css", "text/css"},
+	}
+	loadPage(l, sub1, doc, t0, deps...)
+	hs := loadPage(l, sub1, doc, t0.Add(time.Minute), deps...)
+	if len(hs) != 1 || hs[0].URL != deps[0][0] {
+		t.Fatalf("hints %v, want the VIP's https URL alone", urls(hs))
+	}
+}
+
+// TestInLoad: a document requested during a load with a Referer of the
+// load (a frame) is in it; one without a Referer, from another host, or
+// after LoadWindow is not.
+func TestInLoad(t *testing.T) {
+	l := New(Options{LoadWindow: 10 * time.Second})
+	doc := "http://www.site.test/"
+	l.Document(sub1, doc, false, t0)
+	l.Subresource(sub1, "http://cdn.site.test/a.js", doc, "text/javascript", 1, true, t0.Add(time.Second))
+	for _, c := range []struct {
+		sub     netip.Addr
+		referer string
+		at      time.Duration
+		want    bool
+	}{
+		{sub1, doc, time.Second, true},
+		{sub1, "http://cdn.site.test/a.js", time.Second, true},
+		{sub1, "", time.Second, false},
+		{sub1, "http://elsewhere.test/", time.Second, false},
+		{sub2, doc, time.Second, false},
+		{sub1, doc, 11 * time.Second, false},
+	} {
+		if got := l.InLoad(c.sub, c.referer, t0.Add(c.at)); got != c.want {
+			t.Errorf("InLoad(%v, %q, +%v) = %v, want %v", c.sub, c.referer, c.at, got, c.want)
+		}
+	}
+}

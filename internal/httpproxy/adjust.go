@@ -102,6 +102,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		p.rc[ri.mode][ri.kind][outSquid].Inc()
 		p.radioDone(dietHeader(resp.Header))
 		p.adjustResponse(resp, ri)
+		p.addHints(resp, ri)
 	}
 	if resp.Body != nil && resp.Body != http.NoBody && ri.w != nil {
 		// Read from here on only after the head is written.
@@ -172,6 +173,20 @@ func (p *Proxy) adjustResponse(resp *http.Response, ri *reqInfo) {
 		if res.Err != nil {
 			p.log.Debug("rewrite: upstream body read failed", "url", ri.target, "err", res.Err)
 		}
+	}
+}
+
+// addHints records resp for the hints and adds a document's Link fields
+// (hintResponse) to a response the standard library path or the relay's
+// parsed path sends.
+func (p *Proxy) addHints(resp *http.Response, ri *reqInfo) {
+	if !ri.hint.on {
+		return
+	}
+	links := p.hintResponse(ri, resp.StatusCode, resp.Header.Get("Content-Type"),
+		strings.Join(resp.Header.Values("Cache-Control"), ","), resp.ContentLength)
+	if len(links) > 0 {
+		resp.Header["Link"] = append(resp.Header["Link"], links...)
 	}
 }
 

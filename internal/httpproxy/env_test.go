@@ -368,6 +368,7 @@ type pepdOpts struct {
 	upIdle        time.Duration                   // Options.UpstreamIdle; zero: its default
 	optimize      *optimize.Policy                // Options.Optimize
 	cache         *cachepolicy.Policy             // Options.Cache
+	hints         *Hints                          // Options.Hints
 	log           *slog.Logger                    // nil: every line to t.Log (testLogger)
 	origins       []string                        // rewrite.Config.Origins (https VIP origins)
 	vipNames      []string                        // Options.VIPNames
@@ -402,7 +403,7 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 	sw := mode.NewSwitch(o.mode)
 	p, err := New(Options{
 		VIP: testVIP, VIPNames: o.vipNames, Squid: o.squid, SquidProxyProtocol: o.proxyProtocol, Mode: sw, Log: log, Metrics: m,
-		UpstreamTimeout: cmp.Or(o.upTimeout, testenv.Scale(10*time.Second)), UpstreamIdle: o.upIdle, Optimize: o.optimize, Cache: o.cache,
+		UpstreamTimeout: cmp.Or(o.upTimeout, testenv.Scale(10*time.Second)), UpstreamIdle: o.upIdle, Optimize: o.optimize, Cache: o.cache, Hints: o.hints,
 		Settings: Settings{
 			Policy:       guard.New(guard.Options{Subscribers: subs, AllowedPorts: o.ports, Allow: allow, Self: []netip.Addr{testVIP}}),
 			Resolver:     &Resolver{Servers: []string{o.resolver}, Timeout: time.Second},

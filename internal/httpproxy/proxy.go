@@ -98,6 +98,9 @@ type Options struct {
 	// admission's cachepolicy.FirstHeader) and counts them and the
 	// private ones (cachepolicy.Policy.Mark); nil: no admission, no counts.
 	Cache *cachepolicy.Policy
+	// Hints learns pages' dependency sets and hints them on documents
+	// (hints.go, issue 26); nil: none.
+	Hints *Hints
 	// Settings are the reloadable settings at start.
 	Settings Settings
 }
@@ -130,6 +133,8 @@ type Proxy struct {
 	mode       *mode.Switch
 	opt        *optimize.Policy
 	cache      *cachepolicy.Policy
+	hints      *Hints
+	pf         prefetcher
 	log        *slog.Logger
 	m          *Metrics
 	rc         *requestCounters
@@ -168,6 +173,8 @@ func New(o Options) (*Proxy, error) {
 		mode:      o.Mode,
 		opt:       o.Optimize,
 		cache:     o.Cache,
+		hints:     o.Hints,
+		pf:        prefetcher{per: map[netip.Addr]int{}},
 		log:       o.Log.With("component", "httpproxy"),
 		m:         o.Metrics,
 		squidAddr: o.Squid,
@@ -256,6 +263,7 @@ type reqInfo struct {
 	body    *subscriberBody // the subscriber's request body, nil without one
 	w       http.ResponseWriter
 	admit   cachepolicy.Ticket // second-hit admission's mark and hold (cachepolicy.Policy.Mark)
+	hint    hintReq            // what the hints need of it (hints.go)
 }
 
 // subscriberBody is a subscriber's request body as the reverse proxy reads it;
@@ -421,6 +429,15 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 		if ri.admit = p.cache.Mark(pr.In.Method, ri.target, private); ri.admit.First {
 			pr.Out.Header.Set(cachepolicy.FirstHeader, "1")
 		}
+	}
+	if !ri.direct.IsValid() {
+		in := pr.In.Header
+		scheme := "http"
+		if pr.In.TLS != nil {
+			scheme = "https"
+		}
+		p.hintRequest(ri, pr.In.Method, scheme, pr.In.Host, pr.In.RequestURI, in.Get("Referer"), in.Get("Accept"),
+			in.Get("Accept-Encoding"), in.Get("User-Agent"), private)
 	}
 	delete(pr.Out.Header, optimize.MarkHeader)
 	if !ri.direct.IsValid() && p.opt.Mark(pr.In.Method, ri.target.Hostname(), pr.In.Header.Get("Range") != "",

@@ -418,6 +418,9 @@ func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
 	if ri.admit = rc.p.cache.Mark(h.method, ri.target, private); ri.admit.First {
 		out = append(out, cachepolicy.FirstHeader+": 1\r\n"...)
 	}
+	if rc.p.hints != nil && rc.p.hints.Switch.On() {
+		rc.hintRequest(raw, ri, private)
+	}
 	if !rc.p.pp {
 		out = append(out, "X-Forwarded-For: "...)
 		out = rc.src.Addr().AppendTo(out)
@@ -554,7 +557,11 @@ func (rc *relayConn) relayResponse(raw []byte, ri *reqInfo) bool {
 	var hdr http.Header
 	// VIP-path responses are always adjusted: they get CORS (adjustResponse).
 	adjust := ri.mode == mode.URL || ri.kind == kindVIPPath
-	if adjust || untilClose {
+	var links []string
+	if ri.hint.on {
+		links = rc.hintResponse(ri, noBody)
+	}
+	if adjust || untilClose || len(links) > 0 {
 		if rc.hdr == nil {
 			rc.hdr = make(http.Header, 4)
 		}
@@ -576,11 +583,63 @@ func (rc *relayConn) relayResponse(raw []byte, ri *reqInfo) bool {
 		if adjust {
 			rc.p.adjustResponse(resp, ri)
 		}
+		if len(links) > 0 {
+			hdr["Link"] = append(hdr["Link"], links...)
+		}
 		if untilClose || resp.Body != body && resp.Body != http.NoBody || body.touched {
 			return rc.sendReframed(resp, body, closeClient)
 		}
 	}
 	return rc.relayRaw(hdr, body, closeClient)
+}
+
+// hintRequest gives the hints what they need of the request in raw
+// (Proxy.hintRequest).
+func (rc *relayConn) hintRequest(raw []byte, ri *reqInfo, private bool) {
+	h := &rc.head
+	var accept, ae, ua, ref string
+	for _, l := range h.lines {
+		name, v, ok := bytes.Cut(raw[l.from:l.to], []byte(":"))
+		if !ok {
+			continue
+		}
+		switch name = bytes.TrimSpace(name); {
+		case eqFold(name, "accept"):
+			accept = string(bytes.TrimSpace(v))
+		case eqFold(name, "accept-encoding"):
+			ae = string(bytes.TrimSpace(v))
+		case eqFold(name, "user-agent"):
+			ua = string(bytes.TrimSpace(v))
+		}
+	}
+	if len(h.referers) > 0 {
+		ref = string(raw[h.referers[0].from:h.referers[0].to])
+	}
+	rc.p.hintRequest(ri, h.method, "http", string(raw[h.host.from:h.host.to]), string(raw[h.target.from:h.target.to]),
+		ref, accept, ae, ua, private)
+}
+
+// hintResponse gives the hints the response head in rc.hbuf
+// (Proxy.hintResponse) and returns the Link values to add.
+func (rc *relayConn) hintResponse(ri *reqInfo, noBody bool) []string {
+	h := &rc.resp
+	var ct, cc string
+	for _, l := range h.lines {
+		switch l.managed {
+		case "Content-Type":
+			ct = string(rc.hbuf[l.vfrom:l.to])
+		case "Cache-Control":
+			if cc != "" {
+				cc += ","
+			}
+			cc += string(rc.hbuf[l.vfrom:l.to])
+		}
+	}
+	n := h.cl
+	if noBody {
+		n = 0
+	}
+	return rc.p.hintResponse(ri, h.status, ct, cc, n)
 }
 
 // relayRaw writes the response head (the upstream lines in rc.hbuf minus
@@ -844,6 +903,7 @@ func (rc *relayConn) relayParsed(ri *reqInfo) bool {
 	removeHopByHop(resp.Header)
 	rc.p.radioDone(dietHeader(resp.Header))
 	rc.p.adjustResponse(resp, ri)
+	rc.p.addHints(resp, ri)
 	closeClient := rc.head.close || rc.s.closing()
 	ok := rc.sendResponse(resp, closeClient)
 	resp.Body.Close()

@@ -76,11 +76,56 @@ func anyHTTPS(modes []string) bool {
 	return slices.ContainsFunc(modes, func(m string) bool { s, _ := Scheme(m); return s == "https" })
 }
 
+// HintsSuffix marks a mode run with pepd's dependency hints on
+// (internal/hints): "url+hints", "url+opt+hints+warm". Its sessions start
+// with pepd's learner emptied and a teaching pass: a browser with another
+// profile, whose figures are dropped, loads every page; Squid is then
+// emptied again (unless the mode is warm), so that the measured session
+// differs from the mode without hints only by what pepd learned.
+const HintsSuffix = "+hints"
+
 // SplitMode returns the pepd mode of a testbed mode and whether the
-// optimizer is on: "url+opt" and "url+opt+warm" are ("url", true).
+// optimizer is on: "url+opt", "url+opt+hints" and "url+opt+warm" are
+// ("url", true).
 func SplitMode(m string) (base string, opt bool) {
-	base, opt = strings.CutSuffix(strings.TrimSuffix(m, WarmSuffix), OptSuffix)
+	base, opt = strings.CutSuffix(strings.TrimSuffix(strings.TrimSuffix(m, WarmSuffix), HintsSuffix), OptSuffix)
 	return base, opt
+}
+
+// HasHints reports whether mode m runs with pepd's hints on (HintsSuffix).
+func HasHints(m string) bool {
+	return strings.HasSuffix(strings.TrimSuffix(m, WarmSuffix), HintsSuffix)
+}
+
+// WithHints expands modes for -hints: "off" keeps each mode as it is, "on"
+// adds its +hints variant (direct has none), "off,on" both, in that order
+// per mode. It runs after WithOptimize and before WithCache.
+func WithHints(modes []string, hints []string) ([]string, error) {
+	var off, on bool
+	for _, o := range hints {
+		switch o {
+		case "off":
+			off = true
+		case "on":
+			on = true
+		default:
+			return nil, fmt.Errorf("run: -hints: %q is not off or on", o)
+		}
+	}
+	var out []string
+	for _, m := range modes {
+		if HasHints(m) || IsWarm(m) || !NeedsPEP(m) {
+			out = append(out, m)
+			continue
+		}
+		if off {
+			out = append(out, m)
+		}
+		if on {
+			out = append(out, m+HintsSuffix)
+		}
+	}
+	return out, nil
 }
 
 // IsWarm reports whether mode m runs on a warm cache (WarmSuffix).
@@ -283,8 +328,8 @@ func (c Config) Validate() error {
 	seen := map[string]bool{}
 	for _, m := range c.Modes {
 		base, opt := SplitMode(m)
-		if !slices.Contains(Modes, PepdMode(base)) || (opt || IsWarm(m)) && base == "direct" {
-			return fmt.Errorf("run: modes: %q is not one of %s or %sN (N 1..16), nor one of them but direct with %s and/or %s", m, strings.Join(Modes, ", "), HTTPSPrefix, OptSuffix, WarmSuffix)
+		if !slices.Contains(Modes, PepdMode(base)) || (opt || IsWarm(m) || HasHints(m)) && base == "direct" {
+			return fmt.Errorf("run: modes: %q is not one of %s or %sN (N 1..16), nor one of them but direct with %s, %s and/or %s", m, strings.Join(Modes, ", "), HTTPSPrefix, OptSuffix, HintsSuffix, WarmSuffix)
 		}
 		if seen[m] {
 			return fmt.Errorf("run: modes: %q given twice", m)

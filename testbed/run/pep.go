@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -200,6 +201,9 @@ func (p *pep) setMode(ctx context.Context, tm string) error {
 	if err := p.setOptimize(ctx, opt); err != nil {
 		return err
 	}
+	if err := p.setSwitch(ctx, "hints", HasHints(tm)); err != nil {
+		return err
+	}
 	if p.pepctl == "" {
 		if _, err := p.admin(http.MethodPut, m); err != nil {
 			return fmt.Errorf("run: mode %s: %w", m, err)
@@ -257,25 +261,59 @@ func (p *pep) setHTTPS(ctx context.Context, urls bool, k int) error {
 // setOptimize switches pepd's optimizer with `pepctl optimize on|off` in
 // gw (PUT /optimize without pepctl) and checks GET /optimize.
 func (p *pep) setOptimize(ctx context.Context, on bool) error {
+	return p.setSwitch(ctx, "optimize", on)
+}
+
+// setSwitch switches one of pepd's on/off switches (optimize, hints) with
+// `pepctl NAME on|off` in gw (PUT /NAME without pepctl) and checks GET
+// /NAME.
+func (p *pep) setSwitch(ctx context.Context, name string, on bool) error {
 	v := "off"
 	if on {
 		v = "on"
 	}
 	if p.pepctl == "" {
-		if _, err := p.adminPath(http.MethodPut, "/optimize", v); err != nil {
-			return fmt.Errorf("run: optimize %s: %w", v, err)
+		if _, err := p.adminPath(http.MethodPut, "/"+name, v); err != nil {
+			return fmt.Errorf("run: %s %s: %w", name, v, err)
 		}
 	} else {
-		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", p.b.Topo.Config.GWNS(), p.pepctl, "-admin", PepdAdmin, "optimize", v).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", p.b.Topo.Config.GWNS(), p.pepctl, "-admin", PepdAdmin, name, v).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("run: pepctl optimize %s: %w: %s", v, err, bytes.TrimSpace(out))
+			return fmt.Errorf("run: pepctl %s %s: %w: %s", name, v, err, bytes.TrimSpace(out))
 		}
 	}
-	got, err := p.adminPath(http.MethodGet, "/optimize", "")
+	got, err := p.adminPath(http.MethodGet, "/"+name, "")
 	if err != nil || strings.TrimSpace(got) != v {
-		return fmt.Errorf("run: pepctl optimize %s: pepd says %q (%v)", v, strings.TrimSpace(got), err)
+		return fmt.Errorf("run: pepctl %s %s: pepd says %q (%v)", name, v, strings.TrimSpace(got), err)
 	}
 	return nil
+}
+
+// resetHints empties pepd's dependency learner (DELETE /hints).
+func (p *pep) resetHints() error {
+	if _, err := p.adminPath(http.MethodDelete, "/hints", ""); err != nil {
+		return fmt.Errorf("run: emptying pepd's hints: %w", err)
+	}
+	return nil
+}
+
+// logHints logs pepd's pep_hints_* series (after a +hints session: the
+// teaching pass and the measured session together; a load is counted
+// used or unused once it ended, LoadWindow after its document or at the
+// subscriber's next document).
+func (p *pep) logHints(log *slog.Logger) {
+	m, err := p.adminPath(http.MethodGet, "/metrics", "")
+	if err != nil {
+		log.Warn("hints: reading pepd's metrics", "err", err)
+		return
+	}
+	var args []any
+	for _, l := range strings.Split(m, "\n") {
+		if name, v, ok := strings.Cut(l, " "); ok && strings.HasPrefix(name, "pep_hints_") {
+			args = append(args, name, v)
+		}
+	}
+	log.Info("hints after the session", args...)
 }
 
 // Ruleset renders gw's nftables table for a mode: nothing for direct (the

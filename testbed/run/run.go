@@ -293,6 +293,21 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 		if err := bed.ColdCache(ctx); err != nil {
 			return nil, "", err
 		}
+		if HasHints(m) {
+			// The teaching pass: pepd's learner emptied, a browser with
+			// another profile loads every page (figures dropped), then
+			// Squid is emptied again so that only what pepd learned
+			// carries over (HintsSuffix).
+			if err := bed.pep.resetHints(); err != nil {
+				return nil, "", err
+			}
+			if err := warmUp(ctx, bopts, corp); err != nil {
+				return nil, "", err
+			}
+			if err := bed.ColdCache(ctx); err != nil {
+				return nil, "", err
+			}
+		}
 		if warm {
 			if err := warmUp(ctx, bopts, corp); err != nil {
 				return nil, "", err
@@ -343,6 +358,9 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 			}
 		}
 		recs = append(recs, r)
+	}
+	if HasHints(m) {
+		bed.pep.logHints(bed.log.With("mode", m, "run", run))
 	}
 	return recs, s.UserAgent(), nil
 }

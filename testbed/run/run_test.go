@@ -25,16 +25,16 @@ func TestValidate(t *testing.T) {
 		want string
 	}{
 		{"default", func(*Config) {}, ""},
-		{"unknown mode", func(c *Config) { c.Modes = []string{"direct", "fast"} }, `run: modes: "fast" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
-		{"direct has no optimizer", func(c *Config) { c.Modes = []string{"direct+opt"} }, `run: modes: "direct+opt" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
-		{"direct has no cache", func(c *Config) { c.Modes = []string{"direct+warm"} }, `run: modes: "direct+warm" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
-		{"warm comes last", func(c *Config) { c.Modes = []string{"url+warm+opt"} }, `run: modes: "url+warm+opt" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
+		{"unknown mode", func(c *Config) { c.Modes = []string{"direct", "fast"} }, `run: modes: "fast" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt, +hints and/or +warm`},
+		{"direct has no optimizer", func(c *Config) { c.Modes = []string{"direct+opt"} }, `run: modes: "direct+opt" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt, +hints and/or +warm`},
+		{"direct has no cache", func(c *Config) { c.Modes = []string{"direct+warm"} }, `run: modes: "direct+warm" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt, +hints and/or +warm`},
+		{"warm comes last", func(c *Config) { c.Modes = []string{"url+warm+opt"} }, `run: modes: "url+warm+opt" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt, +hints and/or +warm`},
 		{"warm optimizer", func(c *Config) { c.Modes = []string{"direct", "url+opt", "url+opt+warm"} }, ""},
 		{"mode twice", func(c *Config) { c.Modes = []string{"url", "url"} }, `run: modes: "url" given twice`},
 		{"https modes", func(c *Config) { c.Modes = []string{"url", "url-https-k1", "url-https-k3+opt", "url-https-k16"} }, ""},
-		{"https k 0", func(c *Config) { c.Modes = []string{"url-https-k0"} }, `run: modes: "url-https-k0" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
-		{"https k 17", func(c *Config) { c.Modes = []string{"url-https-k17"} }, `run: modes: "url-https-k17" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
-		{"https k 03", func(c *Config) { c.Modes = []string{"url-https-k03"} }, `run: modes: "url-https-k03" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt and/or +warm`},
+		{"https k 0", func(c *Config) { c.Modes = []string{"url-https-k0"} }, `run: modes: "url-https-k0" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt, +hints and/or +warm`},
+		{"https k 17", func(c *Config) { c.Modes = []string{"url-https-k17"} }, `run: modes: "url-https-k17" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt, +hints and/or +warm`},
+		{"https k 03", func(c *Config) { c.Modes = []string{"url-https-k03"} }, `run: modes: "url-https-k03" is not one of direct, off, dns, url or url-https-kN (N 1..16), nor one of them but direct with +opt, +hints and/or +warm`},
 		{"no runs", func(c *Config) { c.Runs = 0 }, "run: runs: 0, want at least 1"},
 		{"no profile", func(c *Config) { c.Profiles = nil }, "run: profile: none given"},
 		{"bad resolver", func(c *Config) { c.Resolver = "glibc" }, `run: browser: resolver "glibc": want builtin or system`},
@@ -252,5 +252,33 @@ func TestRotateModes(t *testing.T) {
 		if got := RotateModes(m, r); !slices.Equal(got, want) {
 			t.Errorf("run %d: %v, want %v", r, got, want)
 		}
+	}
+}
+
+// TestWithHints: -hints off,on adds a +hints variant after each mode but
+// direct, before -cache's +warm; SplitMode and HasHints read them back.
+func TestWithHints(t *testing.T) {
+	got, err := WithHints([]string{"direct", "url", "url+opt"}, []string{"off", "on"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"direct", "url", "url+hints", "url+opt", "url+opt+hints"}; !slices.Equal(got, want) {
+		t.Fatalf("WithHints = %q, want %q", got, want)
+	}
+	if got, _ = WithCache(got, []string{"warm"}); got[2] != "url+hints+warm" {
+		t.Fatalf("WithCache after WithHints: %q", got)
+	}
+	for m, want := range map[string]bool{"url+hints": true, "url+opt+hints+warm": true, "url+opt": false, "url+warm": false} {
+		if base, _ := SplitMode(m); base != "url" || HasHints(m) != want {
+			t.Errorf("%s: SplitMode base %q, HasHints %v", m, base, HasHints(m))
+		}
+	}
+	if _, err := WithHints([]string{"url"}, []string{"maybe"}); err == nil {
+		t.Error("-hints maybe accepted")
+	}
+	c := Default()
+	c.Modes = []string{"direct+hints"}
+	if err := c.Validate(); err == nil {
+		t.Error("direct+hints accepted")
 	}
 }

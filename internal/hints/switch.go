@@ -1,0 +1,126 @@
+package hints
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Switch is the hints' run-time on/off switch, orthogonal to the mode and
+// to the optimizer: config hints.enabled at start and on SIGHUP, PUT
+// /hints on the admin API, pepctl hints on|off. Off, pepd neither learns
+// nor hints nor fetches ahead; what was learned is kept. A switch takes
+// effect for the next request. Safe for concurrent use; a nil *Switch is
+// off.
+type Switch struct {
+	on      atomic.Bool
+	changes atomic.Uint64
+}
+
+// NewSwitch returns a Switch set to on.
+func NewSwitch(on bool) *Switch {
+	s := &Switch{}
+	s.on.Store(on)
+	return s
+}
+
+// On reports whether hints are on.
+func (s *Switch) On() bool { return s != nil && s.on.Load() }
+
+// Set switches hints and returns the previous state.
+func (s *Switch) Set(on bool) (prev bool) {
+	prev = s.on.Swap(on)
+	if prev != on {
+		s.changes.Add(1)
+	}
+	return prev
+}
+
+// Changes counts the switches since start.
+func (s *Switch) Changes() uint64 { return s.changes.Load() }
+
+// Prefetch outcomes, the values of pep_hints_prefetches_total's outcome
+// label: a fetch ahead that Squid answered from its cache (hit) or
+// fetched from the origin (miss), one that failed (error), one not made
+// because the subscriber's or the overall bound was reached (busy).
+var PrefetchOutcomes = []string{"hit", "miss", "error", "busy"}
+
+// Metrics are the hints' Prometheus series (Register).
+type Metrics struct {
+	// Prefetches counts fetches ahead by outcome (PrefetchOutcomes).
+	Prefetches *prometheus.CounterVec
+}
+
+// Register registers the hints' series with reg, every one present from
+// the start:
+//
+//	pep_hints_enabled                  1 while the switch is on, 0 otherwise
+//	pep_hints_changes_total            switches since start
+//	pep_hints_sent_total               Link preload hints sent (Counts.Hinted)
+//	pep_hints_hinted_loads_total       documents given at least one hint
+//	pep_hints_used_total               hinted URLs the load then requested
+//	pep_hints_unused_total             hinted URLs the load never requested
+//	pep_hints_unused_bytes_total       their last seen sizes, bytes
+//	pep_hints_loads_total              loads ended and learned
+//	pep_hints_pages                    pages remembered
+//	pep_hints_entries                  subresource entries remembered
+//	pep_hints_evicted_total            pages evicted for max_pages
+//	pep_hints_prefetches_total{outcome} fetches ahead by outcome
+//
+// Loads whose window has passed are ended (Flush) at each scrape, so that
+// used and unused are current within one scrape. The error is a
+// registration conflict.
+func Register(reg prometheus.Registerer, l *Learner, sw *Switch) (*Metrics, error) {
+	counts := func() Counts {
+		l.Flush(time.Now())
+		return l.Counts()
+	}
+	m := &Metrics{Prefetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "pep", Subsystem: "hints", Name: "prefetches_total",
+		Help: "Fetches ahead of hinted URLs through Squid, by outcome: hit, miss, error, busy (not made: a bound was reached).",
+	}, []string{"outcome"})}
+	for _, o := range PrefetchOutcomes {
+		m.Prefetches.WithLabelValues(o)
+	}
+	cs := []prometheus.Collector{m.Prefetches,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "hints", Name: "enabled",
+			Help: "The hints switch: 1 on, 0 off."}, func() float64 {
+			if sw.On() {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "pep", Subsystem: "hints", Name: "changes_total",
+			Help: "Hints switches since start (admin API, pepctl, SIGHUP)."}, func() float64 { return float64(sw.Changes()) }),
+	}
+	for _, c := range []struct {
+		name, help string
+		gauge      bool
+		v          func(Counts) int64
+	}{
+		{"sent_total", "Link preload hints sent on documents.", false, func(c Counts) int64 { return c.Hinted }},
+		{"hinted_loads_total", "Documents given at least one hint.", false, func(c Counts) int64 { return c.HintedLoads }},
+		{"used_total", "Hinted URLs that the load then requested.", false, func(c Counts) int64 { return c.Used }},
+		{"unused_total", "Hinted URLs that the load never requested.", false, func(c Counts) int64 { return c.Unused }},
+		{"unused_bytes_total", "Last seen sizes of hinted URLs the load never requested, bytes.", false, func(c Counts) int64 { return c.UnusedBytes }},
+		{"loads_total", "Page loads ended and learned.", false, func(c Counts) int64 { return c.Loads }},
+		{"evicted_total", "Pages evicted for hints.max_pages.", false, func(c Counts) int64 { return c.Evicted }},
+		{"pages", "Pages remembered.", true, func(c Counts) int64 { return int64(c.Pages) }},
+		{"entries", "Subresource entries remembered over all pages.", true, func(c Counts) int64 { return int64(c.URLs) }},
+	} {
+		v := c.v
+		f := func() float64 { return float64(v(counts())) }
+		if c.gauge {
+			cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "hints", Name: c.name, Help: c.help}, f))
+		} else {
+			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "pep", Subsystem: "hints", Name: c.name, Help: c.help}, f))
+		}
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,259 @@
+package httpproxy
+
+// Dependency hints (issue 26, internal/hints): the one place where both
+// paths meet the learner. A request is described once (hintRequest: the
+// URL as the browser asked for it, Referer, CK-Private, whether it is a
+// navigation); a response head once (hintResponse: status, Content-Type,
+// Cache-Control, body bytes). A navigation's hints come back as Link
+// field values, data that the relay writes as raw header lines and the
+// standard library path adds to its http.Header; the fetch ahead to Squid
+// starts when the navigation arrives.
+//
+// Hints are sent on no-transform responses too: a Link header field does
+// not change the representation (RFC 9111 §5.2.2.6 and RFC 9110 §7.7 forbid
+// transforming the content; adding a header field that describes other
+// resources is not a transformation of it).
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"pep/internal/cachepolicy"
+	"pep/internal/hints"
+	"pep/internal/optimize"
+	"pep/internal/rewrite"
+)
+
+// Hints wires the dependency learner into the HTTP path (Options.Hints).
+type Hints struct {
+	// Learner learns and hands out each page's dependency set. Required.
+	Learner *hints.Learner
+	// Switch turns learning, hints and fetch ahead on and off at run time;
+	// nil is off.
+	Switch *hints.Switch
+	// Metrics counts fetches ahead; nil counts nothing.
+	Metrics *hints.Metrics
+	// PrefetchPerSubscriber bounds the fetches ahead in flight for one
+	// subscriber; 0 makes none.
+	PrefetchPerSubscriber int
+	// PrefetchMax bounds the fetches ahead in flight over all
+	// subscribers; 0 makes none.
+	PrefetchMax int
+}
+
+// hintReq is what the hints need of one request, filled by hintRequest.
+type hintReq struct {
+	on      bool
+	url     string // as the browser requested it
+	referer string
+	private bool
+	doc     bool         // a navigation that started a load
+	hints   []hints.Hint // that load's hints
+}
+
+// acceptsHTML reports whether an Accept value names text/html: Chromium
+// sends it on navigations (top-level and frames), not on subresources.
+func acceptsHTML(accept string) bool { return strings.Contains(accept, "text/html") }
+
+// hintRequest records what the hints need of a request that goes to
+// Squid. scheme ("http", or "https" on pepd's own TLS origin), host and
+// requestURI are the Host value and the request target as
+// the browser sent them (VIP form for a VIP-path request). A GET
+// navigation (Accept names text/html) that is not a VIP-path request and
+// not a frame of the subscriber's load in progress starts a load
+// (Learner.Document); its hints are kept for hintResponse and fetched
+// ahead.
+func (p *Proxy) hintRequest(ri *reqInfo, method, scheme, host, requestURI, referer, accept, acceptEncoding, ua string, private bool) {
+	h := p.hints
+	if h == nil || !h.Switch.On() {
+		return
+	}
+	hr := &ri.hint
+	*hr = hintReq{on: true, url: scheme + "://" + host + requestURI, referer: referer, private: private}
+	if method != http.MethodGet || ri.kind == kindVIPPath || !acceptsHTML(accept) {
+		return
+	}
+	now := time.Now()
+	if h.Learner.InLoad(ri.src.Addr(), referer, now) {
+		return
+	}
+	hr.doc = true
+	hr.hints = h.Learner.Document(ri.src.Addr(), hr.url, private, now)
+	if len(hr.hints) > 0 {
+		p.prefetch(ri.src, hr.hints, acceptEncoding, ua)
+	}
+}
+
+// hintResponse records a response head the subscriber gets (every one
+// that came from Squid) and returns the Link field values to add to it:
+// the load's hints when this is its document (GET, 200, text/html), nil
+// otherwise. bytes is the body's length, -1 when unknown.
+func (p *Proxy) hintResponse(ri *reqInfo, status int, contentType, cacheControl string, bytes int64) []string {
+	hr := &ri.hint
+	if !hr.on {
+		return nil
+	}
+	if hr.doc {
+		ct, _, _ := strings.Cut(contentType, ";")
+		if status != http.StatusOK || !strings.EqualFold(strings.TrimSpace(ct), "text/html") || len(hr.hints) == 0 {
+			return nil
+		}
+		links := make([]string, len(hr.hints))
+		for i, x := range hr.hints {
+			links[i] = x.Link()
+		}
+		return links
+	}
+	if status < 200 || status >= 300 {
+		return nil
+	}
+	cacheable := !hr.private && !noStore(cacheControl)
+	p.hints.Learner.Subresource(ri.src.Addr(), hr.url, hr.referer, contentType, max(bytes, 0), cacheable, time.Now())
+	return nil
+}
+
+// noStore reports a Cache-Control value that forbids a shared cache to
+// store the response: no-store or private (RFC 9111 §5.2.2.5, §5.2.2.7).
+func noStore(cc string) bool {
+	found := false
+	forTokens([]byte(cc), func(t []byte) {
+		if i := strings.IndexByte(string(t), '='); i >= 0 {
+			t = t[:i]
+		}
+		found = found || eqFold(t, "no-store") || eqFold(t, "private")
+	})
+	return found
+}
+
+// prefetcher bounds the fetches ahead in flight, per subscriber and
+// overall.
+type prefetcher struct {
+	mu    sync.Mutex
+	per   map[netip.Addr]int
+	total int
+}
+
+func (f *prefetcher) take(sub netip.Addr, perSub, max int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.total >= max || f.per[sub] >= perSub {
+		return false
+	}
+	f.total++
+	f.per[sub]++
+	return true
+}
+
+func (f *prefetcher) release(sub netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.total--
+	if f.per[sub]--; f.per[sub] <= 0 {
+		delete(f.per, sub)
+	}
+}
+
+// prefetchAccept is the Accept value Chromium sends for a destination, so
+// that Squid stores the variant (Vary: Accept, the optimizer's WebP) the
+// browser's own request will ask for.
+func prefetchAccept(as string) string {
+	switch as {
+	case "image":
+		return "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8"
+	case "style":
+		return "text/css,*/*;q=0.1"
+	}
+	return "*/*"
+}
+
+// originURL maps a hinted URL (as the browser requests it) to the URL
+// Squid is asked for: a VIP-form URL (on the VIP address or one of its
+// https names) back to its origin URL.
+func (p *Proxy) originURL(u string) (*url.URL, error) {
+	t, err := url.Parse(u)
+	if err != nil {
+		return nil, err
+	}
+	if h := strings.ToLower(t.Hostname()); h == p.vipStr || slices.Contains(p.vipNames, h) {
+		// http://VIP/host/path and https://VIP/host/path alike: Squid is
+		// asked for http://host/path.
+		return rewrite.ParseVIPPath(t.RequestURI())
+	}
+	return t, nil
+}
+
+// prefetch asks Squid for each hinted URL as the subscriber sub (same
+// PROXY identity, same pool), with the document's Accept-Encoding and
+// User-Agent and the destination's Accept, and discards the bodies. Only
+// learned URLs are hinted, and the learner keeps only cacheable ones.
+func (p *Proxy) prefetch(sub netip.AddrPort, hs []hints.Hint, acceptEncoding, ua string) {
+	h := p.hints
+	count := func(outcome string) {
+		if h.Metrics != nil {
+			h.Metrics.Prefetches.WithLabelValues(outcome).Inc()
+		}
+	}
+	for _, x := range hs {
+		if !p.pf.take(sub.Addr(), h.PrefetchPerSubscriber, h.PrefetchMax) {
+			count("busy")
+			continue
+		}
+		target, err := p.originURL(x.URL)
+		if err != nil || target.Scheme != "http" {
+			p.pf.release(sub.Addr())
+			count("error")
+			continue
+		}
+		go func() {
+			defer p.pf.release(sub.Addr())
+			ctx, cancel := context.WithTimeout(context.Background(), p.upTimeout)
+			defer cancel()
+			r, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
+			if err != nil {
+				count("error")
+				return
+			}
+			r.Header.Set("Accept", prefetchAccept(x.As))
+			if acceptEncoding != "" {
+				r.Header.Set("Accept-Encoding", acceptEncoding)
+			}
+			if ua != "" {
+				r.Header.Set("User-Agent", ua)
+			}
+			if !p.pp {
+				r.Header.Set("X-Forwarded-For", sub.Addr().String())
+			}
+			if p.opt.Mark(http.MethodGet, target.Hostname(), false, false) {
+				r.Header.Set(optimize.MarkHeader, "1")
+			}
+			t := p.cache.Mark(http.MethodGet, target, false)
+			if t.First {
+				r.Header.Set(cachepolicy.FirstHeader, "1")
+			}
+			t.Wait(ctx)
+			resp, err := p.pool.roundTrip(r, sub)
+			t.Done()
+			if err != nil {
+				count("error")
+				return
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			switch {
+			case err != nil:
+				count("error")
+			case strings.HasPrefix(resp.Header.Get("X-Cache"), "HIT"):
+				count("hit")
+			default:
+				count("miss")
+			}
+		}()
+	}
+}

@@ -1,0 +1,288 @@
+package httpproxy
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"pep/internal/cputime"
+	"pep/internal/hints"
+	"pep/internal/mode"
+	"pep/internal/testenv"
+)
+
+// hintPages are a page whose stylesheet names a font and an image, an
+// uncacheable image, a page with a per-load query, and a page whose image
+// goes stale in a second (fetch ahead).
+var hintPages = map[string]page{
+	"www.site.test/hint.html": {ctype: "text/html; charset=utf-8", body: `<!doctype html><html><head>
+<link rel="stylesheet" href="http://static.other.test:PORT/hint.css"></head><body>
+<img src="http://img.cdn.test:PORT/nostore.png"></body></html>`},
+	"static.other.test/hint.css":   {ctype: "text/css", body: "@font-face{font-family:f;src:url(/font.woff2)}body{background:url(http://img.cdn.test:PORT/hint-bg.png)}"},
+	"static.other.test/font.woff2": {ctype: "font/woff2", body: "wOF2-font"},
+	"img.cdn.test/hint-bg.png":     {ctype: "image/png", body: "PNG-hint-bg"},
+	"img.cdn.test/nostore.png":     {ctype: "image/png", body: "PNG-nostore", header: map[string]string{"Cache-Control": "no-store"}},
+	"www.site.test/volatile.html":  {ctype: "text/html", body: "<html><script src=/app.js></script></html>"},
+	"www.site.test/app.js":         {ctype: "application/javascript", body: "console.log(1)"},
+	"img.cdn.test/px.gif?r=1":      {ctype: "image/gif", body: "GIF1"},
+	"img.cdn.test/px.gif?r=2":      {ctype: "image/gif", body: "GIF2"},
+	"img.cdn.test/px.gif?r=3":      {ctype: "image/gif", body: "GIF3"},
+	"www.site.test/ahead.html":     {ctype: "text/html", body: "<html><img src=/ahead.png></html>"},
+	"img.cdn.test/ahead.png":       {ctype: "image/png", body: "PNG-ahead", header: map[string]string{"Cache-Control": "max-age=1"}},
+}
+
+// hintsWorld is DNS, origin, a real Squid (PROXY protocol) and pepd in
+// mode md with hints on (load window 1 s, fetch ahead bounded at 4 per
+// subscriber), on the relay or the standard library path.
+func hintsWorld(t *testing.T, md mode.Mode, stdlib bool) (*pepd, *squid, *origin, *Hints) {
+	t.Helper()
+	ns := startDNS(t, siteRecords)
+	o := startOrigin(t, originIP, hintPages)
+	port := o.Addr.Port()
+	sc := siteSquidConf(t, ns, siteRecords, port)
+	sc.ProxyProtocol = true
+	sq := startSquid(t, sc)
+	l := hints.New(hints.Options{LoadWindow: time.Second})
+	sw := hints.NewSwitch(true)
+	m, err := hints.Register(prometheus.NewRegistry(), l, sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Hints{Learner: l, Switch: sw, Metrics: m, PrefetchPerSubscriber: 4, PrefetchMax: 16}
+	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: md, stdlib: stdlib,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}, hints: h})
+	return p, sq, o, h
+}
+
+const navAccept = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
+
+// fetch sends one browser-like request through c and returns the
+// response's Link values; it fails t on a status other than 200.
+func fetch(t *testing.T, c *http.Client, u, accept, referer, ua string) []string {
+	t.Helper()
+	r, _ := http.NewRequest("GET", u, nil)
+	r.Header.Set("Accept", accept)
+	r.Header.Set("User-Agent", ua)
+	if referer != "" {
+		r.Header.Set("Referer", referer)
+	}
+	resp, err := c.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %s", u, resp.Status)
+	}
+	return resp.Header.Values("Link")
+}
+
+// waitLoads polls until the learner has folded n loads in (their window
+// passed), at most 5 s scaled.
+func waitLoads(t *testing.T, l *hints.Learner, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(testenv.Scale(5 * time.Second))
+	for {
+		l.Flush(time.Now())
+		if c := l.Counts(); c.Loads >= n {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("learner has %d loads after 5 s, want %d", c.Loads, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHintsThroughSquid: on both paths (the relay in url mode, where the
+// browser asks for VIP-form URLs; the standard library path in off mode,
+// origin-form URLs) a page whose stylesheet names a font and an image
+// gets, on its second load by another subscriber, the stylesheet, the
+// font (crossorigin) and the image hinted as Link fields on the document,
+// not the no-store image; a CK-Private subscriber gets no hints; a
+// subresource whose query changes on every load is not hinted from the
+// third load on, a stable one is.
+func TestHintsThroughSquid(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		md     mode.Mode
+		stdlib bool
+	}{{"relay url mode", mode.URL, false}, {"stdlib off mode", mode.Off, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			p, _, o, h := hintsWorld(t, c.md, c.stdlib)
+			origin := func(host, path string) string { return "http://" + host + ":" + o.Port + path }
+			asBrowser := origin
+			if c.md == mode.URL {
+				asBrowser = func(host, path string) string { return "http://192.0.2.12/" + host + ":" + o.Port + path }
+			}
+			doc, css := origin("www.site.test", "/hint.html"), asBrowser("static.other.test", "/hint.css")
+			font, bg := asBrowser("static.other.test", "/font.woff2"), asBrowser("img.cdn.test", "/hint-bg.png")
+			load := func(src, ua string) []string {
+				c := p.client(src)
+				links := fetch(t, c, doc, navAccept, "", ua)
+				fetch(t, c, css, "text/css,*/*;q=0.1", doc, ua)
+				fetch(t, c, font, "*/*", css, ua)
+				fetch(t, c, bg, "image/avif,image/webp,*/*;q=0.8", css, ua)
+				fetch(t, c, asBrowser("img.cdn.test", "/nostore.png"), "image/*", doc, ua)
+				return links
+			}
+			if links := load("127.0.0.9", "Mozilla/5.0"); links != nil {
+				t.Fatalf("first load got Link %q", links)
+			}
+			waitLoads(t, h.Learner, 1)
+			want := []string{"<" + css + ">; rel=preload; as=style", "<" + font + ">; rel=preload; as=font; crossorigin",
+				"<" + bg + ">; rel=preload; as=image"}
+			if links := load("127.0.0.10", "Mozilla/5.0"); !slices.Equal(links, want) {
+				t.Fatalf("second load's Link fields:\n%s\nwant:\n%s", strings.Join(links, "\n"), strings.Join(want, "\n"))
+			}
+			if links := load("127.0.0.11", "Mozilla/5.0 CK-Private"); links != nil {
+				t.Errorf("CK-Private subscriber got Link %q", links)
+			}
+			// Volatile query: one subscriber, each navigation ends its
+			// previous load.
+			vdoc, app := origin("www.site.test", "/volatile.html"), asBrowser("www.site.test", "/app.js")
+			var links []string
+			for i := 1; i <= 3; i++ {
+				cl := p.client("127.0.0.12")
+				links = fetch(t, cl, vdoc, navAccept, "", "Mozilla/5.0")
+				fetch(t, cl, app, "*/*", vdoc, "Mozilla/5.0")
+				fetch(t, cl, asBrowser("img.cdn.test", "/px.gif?r="+string(rune('0'+i))), "image/*", vdoc, "Mozilla/5.0")
+			}
+			if want := []string{"<" + app + ">; rel=preload; as=script"}; !slices.Equal(links, want) {
+				t.Errorf("third load of the volatile page: Link %q, want %q", links, want)
+			}
+			h.Learner.Flush(time.Now().Add(time.Minute))
+			if c := h.Learner.Counts(); c.Used < 3 || c.Hinted < 4 {
+				t.Errorf("counts %+v: want the 3 hints of the second load used", c)
+			}
+		})
+	}
+}
+
+// TestHintsFetchAhead: when a document with hints arrives, pepd asks
+// Squid for the hinted URLs as that subscriber (PROXY protocol: Squid logs
+// the subscriber), so that the browser's own request is a cache hit: the
+// image (max-age 1 s) went stale after the teaching load; the fetch ahead
+// refreshes it from the origin; the browser's request then reaches Squid
+// only (origin count unchanged, TCP_HIT or TCP_MEM_HIT in access.log).
+func TestHintsFetchAhead(t *testing.T) {
+	p, sq, o, h := hintsWorld(t, mode.Off, false)
+	doc := "http://www.site.test:" + o.Port + "/ahead.html"
+	img := "http://img.cdn.test:" + o.Port + "/ahead.png"
+	c := p.client("127.0.0.13")
+	fetch(t, c, doc, navAccept, "", "Mozilla/5.0")
+	fetch(t, c, img, "image/*", doc, "Mozilla/5.0")
+	waitLoads(t, h.Learner, 1)
+	// Squid's freshness has a resolution of a second: 2.1 s makes the
+	// object stale whatever the rounding.
+	time.Sleep(2100 * time.Millisecond)
+	c = p.client("127.0.0.14")
+	if links := fetch(t, c, doc, navAccept, "", "Mozilla/5.0"); len(links) != 1 {
+		t.Fatalf("second load's Link %q, want the image", links)
+	}
+	pf := h.Metrics.Prefetches
+	deadline := time.Now().Add(testenv.Scale(5 * time.Second))
+	for testutil.ToFloat64(pf.WithLabelValues("miss"))+testutil.ToFloat64(pf.WithLabelValues("hit")) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no fetch ahead finished after 5 s (error %v, busy %v)", testutil.ToFloat64(pf.WithLabelValues("error")),
+				testutil.ToFloat64(pf.WithLabelValues("busy")))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := o.hitCount("img.cdn.test/ahead.png"); n != 2 {
+		t.Fatalf("origin saw ahead.png %d times after the fetch ahead, want 2", n)
+	}
+	fetch(t, c, img, "image/*", doc, "Mozilla/5.0")
+	if n := o.hitCount("img.cdn.test/ahead.png"); n != 2 {
+		t.Errorf("origin saw ahead.png %d times after the browser's request, want 2 (a Squid hit)", n)
+	}
+	lines := sq.accessLogWith(t, 1, "127.0.0.14", "ahead.png", "HIT")
+	var mine []string
+	for _, l := range sq.accessLog(t) {
+		if strings.Contains(l, "ahead.png") && strings.Contains(l, " 127.0.0.14 ") {
+			mine = append(mine, l)
+		}
+	}
+	if len(mine) != 2 || !strings.Contains(strings.Fields(mine[1])[3], "HIT") {
+		t.Errorf("access.log lines of 127.0.0.14 for ahead.png: want the fetch ahead then a HIT:\n%s\n(%d with HIT)", strings.Join(mine, "\n"), len(lines))
+	}
+}
+
+// BenchmarkHintsCPU measures pepd's CPU (this process: client and pepd;
+// Squid apart) per page load through the relay in off mode, with hints off
+// and on (fetch ahead off, so that only the learner and the Link fields
+// are counted): a load is the document (navigation Accept) and its
+// stylesheet, font and image, all Squid hits; with hints on the document
+// gets three Link fields and the learner records each response. Reported
+// as cpu-µs/load beside ns/op; run with -benchtime=300x.
+func BenchmarkHintsCPU(b *testing.B) {
+	ns := startDNS(b, siteRecords)
+	o := startOrigin(b, originIP, hintPages)
+	port := o.Addr.Port()
+	sc := siteSquidConf(b, ns, siteRecords, port)
+	sc.ProxyProtocol = true
+	sq := startSquid(b, sc)
+	l := hints.New(hints.Options{})
+	sw := hints.NewSwitch(false)
+	h := &Hints{Learner: l, Switch: sw}
+	p := startPepd(b, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}, hints: h,
+		log: slog.New(slog.DiscardHandler)})
+	c := p.client("127.0.0.20")
+	doc := "http://www.site.test:" + o.Port + "/hint.html"
+	css := "http://static.other.test:" + o.Port + "/hint.css"
+	reqs := []struct{ u, accept, ref string }{{doc, navAccept, ""}, {css, "text/css,*/*;q=0.1", doc},
+		{"http://static.other.test:" + o.Port + "/font.woff2", "*/*", css},
+		{"http://img.cdn.test:" + o.Port + "/hint-bg.png", "image/*", css}}
+	loadOnce := func() int {
+		links := 0
+		for i, r := range reqs {
+			req, _ := http.NewRequest("GET", r.u, nil)
+			req.Header.Set("Accept", r.accept)
+			req.Header.Set("User-Agent", "Mozilla/5.0")
+			if r.ref != "" {
+				req.Header.Set("Referer", r.ref)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if i == 0 {
+				links = len(resp.Header.Values("Link"))
+			}
+		}
+		return links
+	}
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
+			sw.Set(on)
+			for range 5 { // fill Squid; teach the learner
+				loadOnce()
+			}
+			if got := loadOnce(); on && got != 3 || !on && got != 0 {
+				b.Fatalf("hints %v: %d Link fields on the document, want %d", on, got, map[bool]int{true: 3}[on])
+			}
+			cpu0, err := cputime.Of(os.Getpid())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				loadOnce()
+			}
+			b.StopTimer()
+			cpu1, _ := cputime.Of(os.Getpid())
+			b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/load")
+		})
+	}
+}
