@@ -1,10 +1,11 @@
 package hints
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"pep/internal/mode"
 )
 
 // Switch is the hints' run-time on/off switch, orthogonal to the mode and
@@ -13,32 +14,10 @@ import (
 // nor hints nor fetches ahead; what was learned is kept. A switch takes
 // effect for the next request. Safe for concurrent use; a nil *Switch is
 // off.
-type Switch struct {
-	on      atomic.Bool
-	changes atomic.Uint64
-}
+type Switch = mode.Toggle
 
 // NewSwitch returns a Switch set to on.
-func NewSwitch(on bool) *Switch {
-	s := &Switch{}
-	s.on.Store(on)
-	return s
-}
-
-// On reports whether hints are on.
-func (s *Switch) On() bool { return s != nil && s.on.Load() }
-
-// Set switches hints and returns the previous state.
-func (s *Switch) Set(on bool) (prev bool) {
-	prev = s.on.Swap(on)
-	if prev != on {
-		s.changes.Add(1)
-	}
-	return prev
-}
-
-// Changes counts the switches since start.
-func (s *Switch) Changes() uint64 { return s.changes.Load() }
+func NewSwitch(on bool) *Switch { return mode.NewToggle(on) }
 
 // Prefetch outcomes, the values of pep_hints_prefetches_total's outcome
 // label: a fetch ahead that Squid answered from its cache (hit) or

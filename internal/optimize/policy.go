@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+
+	"pep/internal/mode"
 )
 
 // Switch is the optimizer's run-time on/off switch, orthogonal to the
@@ -13,32 +15,10 @@ import (
 // optimize.enabled at start and on SIGHUP, PUT /optimize on the admin
 // API, pepctl optimize on|off. A switch takes effect for the next
 // request. Safe for concurrent use; a nil *Switch is off.
-type Switch struct {
-	on      atomic.Bool
-	changes atomic.Uint64
-}
+type Switch = mode.Toggle
 
 // NewSwitch returns a Switch set to on.
-func NewSwitch(on bool) *Switch {
-	s := &Switch{}
-	s.on.Store(on)
-	return s
-}
-
-// On reports whether the optimizer is on.
-func (s *Switch) On() bool { return s != nil && s.on.Load() }
-
-// Set switches the optimizer and returns the previous state.
-func (s *Switch) Set(on bool) (prev bool) {
-	prev = s.on.Swap(on)
-	if prev != on {
-		s.changes.Add(1)
-	}
-	return prev
-}
-
-// Changes counts the switches since start.
-func (s *Switch) Changes() uint64 { return s.changes.Load() }
+func NewSwitch(on bool) *Switch { return mode.NewToggle(on) }
 
 // Sites is an operator's exclusion list (optimize.exclude_file): sites
 // whose responses the optimizer never transforms. A name excludes itself
