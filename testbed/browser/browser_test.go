@@ -249,11 +249,15 @@ func TestLoadLocalPage(t *testing.T) {
 	if got := site.conns.Load(); got != connsAfterFirst {
 		t.Errorf("second load opened %d new connections, want 0 (kept alive across tabs)", got-connsAfterFirst)
 	}
-	if first.Conns != int(connsAfterFirst) || first.ConnsByIP["127.0.0.1"] != first.Conns || first.ConnsReused != 0 {
+	if first.Conns > int(connsAfterFirst) || first.Conns < 1 || first.ConnsByIP["127.0.0.1"] != first.Conns || first.ConnsReused != 0 {
 		t.Errorf("first load: browser counted %d new connections (%v), %d reused; server accepted %d", first.Conns, first.ConnsByIP, first.ConnsReused, connsAfterFirst)
 	}
-	if second.Conns != 0 || second.ConnsReused < 1 {
-		t.Errorf("second load: browser counted %d new, %d reused connections; want 0 new, at least 1 reused", second.Conns, second.ConnsReused)
+	// A connection the browser opened during the first load but first
+	// used in the second (a preconnect: the server accepted more than the
+	// first load counted) is counted new by the browser then; the server's
+	// count above is what says that no connection was opened.
+	if spare := int(connsAfterFirst) - first.Conns; second.Conns > spare || second.ConnsReused < 1 {
+		t.Errorf("second load: browser counted %d new, %d reused connections; want at most %d new (opened during the first load, unused then), at least 1 reused", second.Conns, second.ConnsReused, spare)
 	}
 
 	s.opts.PageTimeout = 2 * time.Second
