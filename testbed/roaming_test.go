@@ -52,7 +52,7 @@ func roam(t *testing.T, bin, origins string) {
 	log := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c := run.Default()
 	c.Bin = bin
-	c.DNSOrigins = origins
+	c.Pepd = []run.PepdSetting{{Key: "dns.origins", Value: origins}}
 	c.Out = t.TempDir()
 	corp := corpus.Default()
 	corp, err := corp.Select([]string{"yahoo"})

@@ -85,7 +85,7 @@ func TestSmoke(t *testing.T) {
 	// pepd's 100 ms deadline a loaded CI machine defers transforms to the
 	// next miss (internal/optimize); the smoke test checks the transform
 	// path, so it waits for them.
-	c.OptDeadline = 10 * time.Second
+	c.Pepd = []run.PepdSetting{{Key: "optimize.deadline", Value: "10s"}}
 	log := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	res, err := run.Run(context.Background(), c, log, nil)

@@ -106,9 +106,7 @@ func cmdRun(args []string) error {
 		c.VIP = a
 		return nil
 	})
-	fs.StringVar(&c.DNSOrigins, "dns-origins", "", "pepd's dns.origins: keep (origins after the VIP) or drop (the VIP alone); default keep")
-	fs.DurationVar(&c.OptDeadline, "opt-deadline", 0, "pepd's optimize.deadline: how long a response waits for its transform (0: pepd's default, 100ms)")
-	fs.StringVar(&c.PepdRadio, "pepd-radio", "", `pepd's radio.* socket options of subscriber connections as YAML entries, e.g. "congestion: bbr, notsent_lowat: 16384"`)
+	addPepdFlags(fs, &c.Pepd)
 	disableFeatures := fs.String("disable-features", "", "more Chromium features to turn off, comma-separated (e.g. HappyEyeballsV3)")
 	fs.DurationVar(&c.PageTimeout, "page-timeout", c.PageTimeout, "time limit of one page load")
 	fs.DurationVar(&c.Settle, "settle", c.Settle, "quiet network time after onload before the next page")
@@ -185,8 +183,8 @@ func cmdRun(args []string) error {
 	)).With("component", "testbed")
 	// The exact configuration comes first, on the terminal too.
 	fmt.Fprintf(os.Stderr, "testbed: %s\n", c.Command)
-	fmt.Fprintf(os.Stderr, "testbed: corpus=%s pages=%q profiles=%s wired=%q modes=%s runs=%d resolver=%s https-rr=%v unpartitioned=%v disable-features=%q har=%v backend=%s page-timeout=%s settle=%s parallel=%d out=%s\n",
-		c.Corpus, c.Pages, strings.Join(c.Profiles, ","), c.Wired, strings.Join(c.Modes, ","), c.Runs, c.Resolver, c.HTTPSRR, c.Unpartitioned, strings.Join(c.DisableFeatures, ","), c.HAR,
+	fmt.Fprintf(os.Stderr, "testbed: corpus=%s pages=%q profiles=%s wired=%q modes=%s runs=%d pepd=%q resolver=%s https-rr=%v unpartitioned=%v disable-features=%q har=%v backend=%s page-timeout=%s settle=%s parallel=%d out=%s\n",
+		c.Corpus, c.Pages, strings.Join(c.Profiles, ","), c.Wired, strings.Join(c.Modes, ","), c.Runs, strings.Join(run.PepdStrings(c.Pepd), " "), c.Resolver, c.HTTPSRR, c.Unpartitioned, strings.Join(c.DisableFeatures, ","), c.HAR,
 		c.Backend, c.PageTimeout, c.Settle, c.Parallel, c.Out)
 
 	if external {

@@ -41,14 +41,8 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 	} else {
 		b.WriteString("- TCP congestion control: not recorded (the host's default in every namespace)\n")
 	}
-	if c.OptDeadline != "" {
-		fmt.Fprintf(&b, "- pepd optimize.deadline: %s\n", c.OptDeadline)
-	}
-	if c.PepdRadio != "" {
-		fmt.Fprintf(&b, "- pepd radio (subscriber socket options): %s\n", c.PepdRadio)
-	}
-	if c.DNSOrigins != "" {
-		fmt.Fprintf(&b, "- pepd dns.origins: %s\n", c.DNSOrigins)
+	if len(c.Pepd) > 0 {
+		fmt.Fprintf(&b, "- pepd settings (-pepd, over the testbed's pepd.yaml): `%s`\n", strings.Join(c.Pepd, "`, `"))
 	}
 	if len(c.DisableFeatures) > 0 {
 		fmt.Fprintf(&b, "- Chromium features also turned off: %s\n", strings.Join(c.DisableFeatures, ", "))

@@ -79,7 +79,8 @@ func synthetic() *Results {
 			Resolver: "builtin", Backend: "userspace", Browser: "HeadlessChrome/156", VIP: "192.0.2.12", Origins: "198.19.0.0/16",
 			SquidCache: "cold: restarted with an empty cache before every run", PageTimeout: "3m0s",
 			Started: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), Finished: time.Date(2026, 11, 21, 12, 10, 0, 0, time.UTC),
-			Command: "bin/testbed run -corpus default",
+			Command: "bin/testbed run -corpus default -pepd optimize.deadline=150ms -dns-origins drop",
+			Pepd:    []string{"optimize.deadline=150ms", "dns.origins=drop"},
 		},
 		Records: []Record{
 			rec("direct", 1, "yahoo", 0, 10000, 4, 3, 0, 4, 74000),
@@ -190,6 +191,7 @@ func TestMarkdownGolden(t *testing.T) {
 		"| **mean change vs direct** | | **-32 %** |",
 		"| url | direct | 2 | -32.4 % | 0.68 | -32.4 % | -32.4 % | 1.00 | 149 | 0 | 2 |",
 		"- url, run 2, cnn: no loadEventEnd within 3m0s",
+		"- pepd settings (-pepd, over the testbed's pepd.yaml): `optimize.deadline=150ms`, `dns.origins=drop`\n",
 	} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("report lacks %q", s)
@@ -236,6 +238,24 @@ func TestGenerateWritesPlots(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "report.md")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestReadLegacyPepd: results from before -pepd kept three pepd keys in
+// fields of their own; Read turns them into -pepd settings, so their
+// report still says what pepd ran with.
+func TestReadLegacyPepd(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "results.json")
+	body := `{"schema":1,"config":{"dns_origins":"drop","pepd_radio":"congestion: bbr","opt_deadline":"10s"},"records":[]}`
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Read(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"dns.origins=drop", "radio={congestion: bbr}", "optimize.deadline=10s"}; !slices.Equal(r.Config.Pepd, want) {
+		t.Errorf("Pepd = %q, want %q", r.Config.Pepd, want)
 	}
 }
 

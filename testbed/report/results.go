@@ -127,13 +127,11 @@ type RunConfig struct {
 	Unpartitioned bool `json:"unpartitioned"`
 	// DisableFeatures are further Chromium features the run turned off.
 	DisableFeatures []string `json:"disable_features,omitempty"`
-	// DNSOrigins is pepd's dns.origins in the run ("" = keep).
-	DNSOrigins string `json:"dns_origins,omitempty"`
-	// PepdRadio is pepd's radio.* settings in the run ("" = none).
-	PepdRadio string `json:"pepd_radio,omitempty"`
-	// OptDeadline is pepd's optimize.deadline in the run ("" = pepd's
-	// default, 100ms).
-	OptDeadline string `json:"opt_deadline,omitempty"`
+	// Pepd are pepd's settings the run set (testbed run -pepd KEY=VALUE,
+	// and the flags that are aliases of it), in order; results from before
+	// -pepd read their dns_origins, pepd_radio and opt_deadline into it
+	// (Read).
+	Pepd []string `json:"pepd,omitempty"`
 	// OriginCompress is the replay origin's content coding (auto, none,
 	// recorded; "" in results from before the option: none).
 	OriginCompress string `json:"origin_compress,omitempty"`
@@ -214,6 +212,24 @@ func Read(path string) (*Results, error) {
 	var r Results
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("report: %s: %w", path, err)
+	}
+	// Before -pepd, three pepd keys had fields of their own.
+	var legacy struct {
+		Config struct {
+			DNSOrigins  string `json:"dns_origins"`
+			PepdRadio   string `json:"pepd_radio"`
+			OptDeadline string `json:"opt_deadline"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(b, &legacy); err == nil {
+		for _, kv := range [][2]string{{"dns.origins", legacy.Config.DNSOrigins}, {"radio", legacy.Config.PepdRadio}, {"optimize.deadline", legacy.Config.OptDeadline}} {
+			if kv[1] != "" {
+				if kv[0] == "radio" {
+					kv[1] = "{" + kv[1] + "}"
+				}
+				r.Config.Pepd = append(r.Config.Pepd, kv[0]+"="+kv[1])
+			}
+		}
 	}
 	if r.Schema > SchemaVersion {
 		return nil, fmt.Errorf("report: %s: schema %d is newer than this program's %d", path, r.Schema, SchemaVersion)

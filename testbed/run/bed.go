@@ -126,7 +126,7 @@ func NewBed(ctx context.Context, rc Config, o BedOptions, log *slog.Logger) (b *
 		if err := b.squid.start(ctx, true); err != nil {
 			return b, err
 		}
-		ps := rc.pepdSettings()
+		ps := PepdSettings{Overrides: rc.Pepd}
 		if anyHTTPS(rc.Modes) {
 			if ps.CertFile, ps.KeyFile, err = b.vipCertificate(); err != nil {
 				return b, err

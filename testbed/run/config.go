@@ -237,18 +237,11 @@ type Config struct {
 	// topo.Default's (192.0.2.12). A private one (10.0.0.12, the paper's)
 	// shows what Chromium's Local Network Access checks do to url mode.
 	VIP netip.Addr
-	// DNSOrigins is pepd's dns.origins ("keep" or "drop"; "" = pepd's
-	// default, keep): whether dns-mode answers keep the origin addresses
-	// after the VIP.
-	DNSOrigins string
-	// PepdRadio sets pepd's radio.* socket options (internal/httpproxy
-	// RadioOptions) as YAML flow mapping entries, e.g.
-	// "congestion: bbr, notsent_lowat: 16384"; "" sets none.
-	PepdRadio string
-	// OptDeadline is pepd's optimize.deadline (0 = pepd's default, 100
-	// ms): how long a response waits for its transform before it goes
-	// untransformed and the transform finishes for the next miss.
-	OptDeadline time.Duration
+	// Pepd are pepd's settings for the run (-pepd KEY=VALUE), written in
+	// order over the pepd.yaml the testbed generates (PepdConfig) and
+	// checked by pepd's loader before the first testbed is built
+	// (ValidatePepd): any key of configs/pepd.yaml but PepdOwnedKeys.
+	Pepd []PepdSetting
 	// OriginCompress is the replay origin's content coding
 	// (origin.Compress: auto, none or recorded; "" = auto).
 	OriginCompress string
@@ -304,8 +297,10 @@ func Default() Config {
 
 // Validate checks c; errors name the field and quote the bad value.
 func (c Config) Validate() error {
-	if c.DNSOrigins != "" && c.DNSOrigins != "keep" && c.DNSOrigins != "drop" {
-		return fmt.Errorf("run: -dns-origins %q is not one of keep, drop", c.DNSOrigins)
+	for _, s := range c.Pepd {
+		if _, err := ParsePepdSetting(s.String()); err != nil {
+			return err
+		}
 	}
 	if _, err := origin.ParseCompress(c.OriginCompress); err != nil {
 		return fmt.Errorf("run: -origin-compress: %w", err)
@@ -362,6 +357,16 @@ func (c Config) resolverLabel() string {
 	return string(c.Resolver)
 }
 
+// PepdStrings are settings as -pepd arguments, KEY=VALUE each (results.json's
+// config.pepd); nil for none.
+func PepdStrings(settings []PepdSetting) []string {
+	var out []string
+	for _, s := range settings {
+		out = append(out, s.String())
+	}
+	return out
+}
+
 // NeedsPEP reports whether a mode runs through the appliance (pepd and
 // Squid): every mode but direct.
 func NeedsPEP(mode string) bool { return mode != "direct" }
@@ -374,7 +379,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("modes", strings.Join(c.Modes, ",")), slog.Int("runs", c.Runs),
 		slog.String("out", c.Out), slog.Bool("warm", c.Warm), slog.String("resolver", string(c.Resolver)), slog.Bool("https_rr", c.HTTPSRR), slog.Bool("unpartitioned", c.Unpartitioned),
 		slog.String("disable_features", strings.Join(c.DisableFeatures, ",")),
-		slog.String("dns_origins", c.DNSOrigins), slog.String("origin_compress", c.OriginCompress),
+		slog.Any("pepd", PepdStrings(c.Pepd)), slog.String("origin_compress", c.OriginCompress),
 		slog.String("cc_phone", c.CCPhone), slog.String("cc_gw", c.CCGW), slog.String("cc_origin", c.CCOrigin),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
 		slog.Bool("har", c.HAR), slog.Bool("stock_chromium", c.StockChromium), slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),

@@ -2,7 +2,6 @@ package run
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -52,12 +51,13 @@ func binDir(dir string) string {
 	return filepath.Dir(exe)
 }
 
-// PepdSettings are the pepd keys a run sets (Config's DNSOrigins,
-// PepdRadio and OptDeadline); the zero value keeps pepd's defaults.
+// PepdSettings are what a bed's pepd.yaml holds beyond the testbed's
+// fixed keys: the run's -pepd settings and the VIP's HTTPS origin. The
+// zero value keeps pepd's defaults.
 type PepdSettings struct {
-	DNSOrigins  string        // dns.origins: keep or drop ("": keep)
-	Radio       string        // radio.* entries as YAML flow mapping entries
-	OptDeadline time.Duration // optimize.deadline (0: pepd's default)
+	// Overrides are the run's -pepd settings (Config.Pepd), written over
+	// the file in order.
+	Overrides []PepdSetting
 	// CertFile and KeyFile are the VIP's certificate (an IP-address
 	// certificate from the bed's own CA) for the url-https-kN modes; ""
 	// renders no https section (pepd splices every TLS connection).
@@ -76,26 +76,19 @@ const (
 	ShardPortsLast  = 8443 + 14
 )
 
-// pepdSettings are the pepd keys of c.
-func (c Config) pepdSettings() PepdSettings {
-	return PepdSettings{DNSOrigins: c.DNSOrigins, Radio: c.PepdRadio, OptDeadline: c.OptDeadline}
-}
-
 // PepdConfig renders pepd's configuration for a testbed with the given
 // addresses: mode off at start, Squid with the PROXY protocol, every name
-// rewritten in dns mode, the listeners above, and s. It follows the keys
-// of configs/pepd.yaml.
-func PepdConfig(c topo.Config, s PepdSettings) []byte {
-	origins := cmp.Or(s.DNSOrigins, "keep")
-	deadline := ""
-	if s.OptDeadline > 0 {
-		deadline = "\n  deadline: " + s.OptDeadline.String()
-	}
+// rewritten in dns mode, the listeners above, the https section of s, and
+// then s.Overrides written over it (setPepd). It follows the keys of
+// configs/pepd.yaml. Errors are an override's that cannot be written (a
+// key through a value that is not a section, a value that is not YAML);
+// whether pepd accepts the result is its loader's to say (ValidatePepd).
+func PepdConfig(c topo.Config, s PepdSettings) ([]byte, error) {
 	https := ""
 	if s.CertFile != "" {
 		https = fmt.Sprintf("https:\n  cert_file: %q\n  key_file: %q\n  urls: %v\n  shards: %d\n", s.CertFile, s.KeyFile, s.HTTPSURLs, max(s.Shards, 1))
 	}
-	return fmt.Appendf(nil, `# pepd for the pep testbed %s (written by testbed/run)
+	base := fmt.Appendf(nil, `# pepd for the pep testbed %s (written by testbed/run)
 mode: off
 vip: %s
 subscribers: [%s/%d]
@@ -108,14 +101,14 @@ listen:
   dns: ":%d"
   admin: "%s"
 optimize:
-  listen: "%s"%s
-radio: {%s}
+  listen: "%s"
 dns:
   rewrite_domains: ["*"]
-  origins: %s
+  origins: keep
 %slog:
   level: info
-`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, deadline, s.Radio, origins, https)
+`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, https)
+	return setPepd(base, s.Overrides)
 }
 
 func startPEP(ctx context.Context, b *Bed, bin string, s PepdSettings) (*pep, error) {
@@ -130,8 +123,8 @@ func startPEP(ctx context.Context, b *Bed, bin string, s PepdSettings) (*pep, er
 	}
 	conf := filepath.Join(b.work, "pepd.yaml")
 	p.conf, p.settings = conf, s
-	if err := os.WriteFile(conf, PepdConfig(b.Topo.Config, s), 0o644); err != nil {
-		return nil, fmt.Errorf("run: %w", err)
+	if err := p.writeConf(); err != nil {
+		return nil, err
 	}
 	proc, err := b.Topo.Start("pepd", b.Topo.Config.GWNS(), filepath.Join(b.logs, "pepd.log"), p.bin, "-config", conf)
 	if err != nil {
@@ -146,6 +139,18 @@ func startPEP(ctx context.Context, b *Bed, bin string, s PepdSettings) (*pep, er
 		return nil, err
 	}
 	return p, nil
+}
+
+// writeConf writes pepd.yaml from p.settings.
+func (p *pep) writeConf() error {
+	b, err := PepdConfig(p.b.Topo.Config, p.settings)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(p.conf, b, 0o644); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	return nil
 }
 
 // getMode asks pepd's admin API for its mode, from inside gw.
@@ -233,8 +238,8 @@ func (p *pep) setHTTPS(ctx context.Context, urls bool, k int) error {
 		return nil
 	}
 	p.settings.HTTPSURLs, p.settings.Shards = urls, k
-	if err := os.WriteFile(p.conf, PepdConfig(p.b.Topo.Config, p.settings), 0o644); err != nil {
-		return fmt.Errorf("run: %w", err)
+	if err := p.writeConf(); err != nil {
+		return err
 	}
 	logFile := filepath.Join(p.b.logs, "pepd.log")
 	count := func() int {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,11 +31,200 @@ import (
 	"pep/testbed/topo"
 )
 
-// Run runs the experiment c describes, writes Out/results.json after every
-// session (so an interrupted run keeps what it measured) and returns the
-// results. progress receives a progress bar (nil: none). Errors of the
-// setup end the run; a page that does not load is a record with
-// Loaded false, not an error.
+// experiment is one experiment prepared once (prepare) and then run by
+// one of the runners: in network namespaces (Run) or on a testbed built
+// elsewhere (RunExternal). It holds the corpus and its address plan, the
+// link profiles, the results with their header, and the progress bar.
+type experiment struct {
+	c     Config
+	log   *slog.Logger
+	corp  *corpus.Corpus
+	plan  *corpus.Plan
+	profs []netem.Profile
+	wired *netem.Profile // nil: no wired emulation
+	bar   *Progress
+
+	mu  sync.Mutex // guards res
+	res *report.Results
+}
+
+// prepare validates c and makes what every runner needs from it: the
+// corpus (opened, its pages selected, its import report logged) and its
+// address plan, the link profiles, and the results' header
+// (report.RunConfig) as far as c and these say; runners fill in what
+// only they know. progress receives the bar (nil: none).
+func prepare(c Config, log *slog.Logger, progress io.Writer) (*experiment, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	e := &experiment{c: c, log: log}
+	corp, err := corpus.Open(c.Corpus)
+	if err != nil {
+		return nil, err
+	}
+	if e.corp, err = corp.SelectSpec(c.Pages); err != nil {
+		return nil, err
+	}
+	if e.plan, err = corpus.PlanFor(e.corp, corpus.DefaultPrefix); err != nil {
+		return nil, err
+	}
+	imported := e.corp.ImportReport()
+	for _, l := range imported {
+		log.Info("corpus import", "line", l)
+	}
+	for _, name := range c.Profiles {
+		p, err := netem.LoadProfile(name)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("profile", "profile", p)
+		e.profs = append(e.profs, p)
+	}
+	if c.Wired != "" && c.Wired != "none" {
+		w, err := netem.LoadProfile(c.Wired)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("wired profile", "profile", w)
+		e.wired = &w
+	}
+
+	rc := report.RunConfig{
+		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: c.resolverLabel(), HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned,
+		DisableFeatures: c.DisableFeatures, Pepd: PepdStrings(c.Pepd), Warm: c.Warm, StockChromium: c.StockChromium,
+		Backend: c.Backend, VIP: cmp.Or(c.VIP, topo.Default().VIP).String(), Origins: e.plan.Prefix.String(), Started: time.Now(), Import: imported,
+		Command: c.Command, PageTimeout: c.PageTimeout.String(), Settle: c.Settle.String(), SettleMax: c.SettleMax.String(),
+		Parallel: c.Parallel, SplitModes: c.SplitModes,
+	}
+	for _, ch := range browser.Changes(e.browserOptions()) {
+		if !c.StockChromium || ch.Stock {
+			rc.ChromiumChanges = append(rc.ChromiumChanges, report.ChromiumChange{What: ch.String(), Why: ch.Why, KeptInStock: ch.Stock})
+		}
+	}
+	if w := e.wired; w != nil {
+		rc.Wired = &report.ProfileInfo{Name: w.Name, RTTms: ms(w.RTT()), DownKbit: float64(w.Down.Rate) / 1000, UpKbit: float64(w.Up.Rate) / 1000,
+			Description: w.Description, Exact: w.String(), Source: w.Source}
+	}
+	for _, p := range e.corp.Pages {
+		rc.Pages = append(rc.Pages, p.Name)
+	}
+	for _, p := range e.profs {
+		rc.Profiles = append(rc.Profiles, report.ProfileInfo{
+			Name: p.Name, RTTms: ms(p.RTT()), DownKbit: float64(p.Down.Rate) / 1000, UpKbit: float64(p.Up.Rate) / 1000,
+			Description: p.Description, Exact: p.String(),
+		})
+	}
+	e.res = &report.Results{Config: rc}
+	e.bar = NewProgress(len(e.profs)*c.Runs*len(c.Modes)*len(e.corp.Pages), progress)
+	return e, nil
+}
+
+// browserOptions are the browser settings of every session of the run
+// (Chromium's flags and the page load's bounds); runners add the
+// namespace, the profile folder, trusted CAs and the HAR.
+func (e *experiment) browserOptions() browser.Options {
+	c := e.c
+	return browser.Options{
+		ExecPath: c.Chromium, Resolver: c.Resolver, PageTimeout: c.PageTimeout, Settle: c.Settle, SettleMax: c.SettleMax,
+		IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures, Stock: c.StockChromium,
+	}
+}
+
+// save adds one session's records to the results, lets header fill in
+// what the session learnt (nil: nothing), and writes results.json, so
+// that an interrupted run keeps what it measured.
+func (e *experiment) save(recs []report.Record, header func(*report.RunConfig)) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if header != nil {
+		header(&e.res.Config)
+	}
+	e.res.Records = append(e.res.Records, recs...)
+	e.res.Config.Finished = time.Now()
+	return e.res.Write(filepath.Join(e.c.Out, "results.json"))
+}
+
+// finish ends the experiment: the bar closed, the records sorted as the
+// sessions read, results.json written a last time. It returns the results
+// and runErr joined with a write error.
+func (e *experiment) finish(runErr error) (*report.Results, error) {
+	e.bar.Finish()
+	var names []string
+	for _, p := range e.profs {
+		names = append(names, p.Name)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sortRecords(e.res.Records, names)
+	e.res.Config.Finished = time.Now()
+	if err := e.res.Write(filepath.Join(e.c.Out, "results.json")); err != nil {
+		return e.res, errors.Join(runErr, err)
+	}
+	return e.res, runErr
+}
+
+// session is one browser loading every page in order in one mode: the
+// (profile, run, mode) a session's records carry.
+type session struct {
+	profile string
+	run     int
+	mode    string
+	warm    bool // Squid's cache was filled before it (Record.Warm)
+}
+
+// logWith is l with the session's attributes.
+func (s session) logWith(l *slog.Logger) *slog.Logger {
+	return l.With("mode", s.mode, "run", s.run)
+}
+
+// step shows that page pg of s starts loading.
+func (e *experiment) step(s session, pg *corpus.Page) {
+	e.bar.Describe(fmt.Sprintf("%s %s run %d %s", s.profile, s.mode, s.run, pg.Name))
+	e.bar.Add(1)
+}
+
+// record is the report.Record of one page load of s: the browser's
+// figures p, the radio link's counters lc over the load, SYNs by
+// destination sorted into the VIP, the corpus's origins and the rest. Its
+// HAR is saved under the output folder.
+func (e *experiment) record(s session, seq int, pg *corpus.Page, p browser.Page, lc netem.Counters, vip netip.Addr) (report.Record, error) {
+	r := report.Record{
+		Mode: s.mode, Profile: s.profile, Run: s.run, Page: pg.Name, URL: pg.URL, Seq: seq,
+		Loaded: p.Loaded, Error: p.Err, PLTms: ms(p.PLT), DCLms: ms(p.DCL), TTFBms: ms(p.TTFB), FCPms: ms(p.FCP), LCPms: ms(p.LCP),
+		Bytes: p.Bytes, Requests: p.Requests, Failed: p.Failed, HTTPErrors: p.HTTPErrors,
+		DocHosts: len(p.DocHosts), Hosts: len(p.Hosts),
+		BrowserConns: p.Conns, BrowserVIPConns: p.ConnsByIP[vip.String()], BrowserConnsReused: p.ConnsReused,
+		SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries), DNSRepeats: int(lc.Up.DNSRepeats),
+		LinkUpBytes: int64(lc.Up.Bytes), LinkDnBytes: int64(lc.Down.Bytes), LinkDrops: int(lc.Up.Drops + lc.Down.Drops),
+		Resolver: e.c.resolverLabel(), Warm: s.warm, WallMs: ms(p.Wall),
+	}
+	var err error
+	if r.HAR, err = saveHAR(e.c.Out, s.profile, s.run, s.mode, seq, pg.Name, p); err != nil {
+		return r, err
+	}
+	// Destinations: only where the link's counters have them.
+	if len(lc.Up.ConnsByDst) > 0 {
+		r.ConnsByDst = map[string]int{}
+		for a, n := range lc.Up.ConnsByDst {
+			r.ConnsByDst[a.String()] = int(n)
+			switch {
+			case a == vip:
+				r.VIPConns += int(n)
+			case e.plan.Prefix.Contains(a):
+				r.OriginConns += int(n)
+			default:
+				r.OtherConns += int(n)
+			}
+		}
+	}
+	return r, nil
+}
+
+// Run runs the experiment c describes in network namespaces, writes
+// Out/results.json after every session (so an interrupted run keeps what
+// it measured) and returns the results. progress receives a progress bar
+// (nil: none). Errors of the setup end the run; a page that does not load
+// is a record with Loaded false, not an error.
 func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*report.Results, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -43,109 +233,33 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 	if err := os.MkdirAll(filepath.Join(c.Out, "logs"), 0o755); err != nil {
 		return nil, fmt.Errorf("run: %w", err)
 	}
-	corp, err := corpus.Open(c.Corpus)
+	e, err := prepare(c, log, progress)
 	if err != nil {
 		return nil, err
 	}
-	if corp, err = corp.SelectSpec(c.Pages); err != nil {
-		return nil, err
-	}
-	plan, err := corpus.PlanFor(corp, corpus.DefaultPrefix)
-	if err != nil {
-		return nil, err
-	}
-	imported := corp.ImportReport()
-	for _, l := range imported {
-		log.Info("corpus import", "line", l)
-	}
-	var profs []netem.Profile
-	for _, name := range c.Profiles {
-		p, err := netem.LoadProfile(name)
-		if err != nil {
+	if slices.ContainsFunc(c.Modes, NeedsPEP) || len(c.Pepd) > 0 {
+		// pepd's own loader judges the -pepd settings before any testbed
+		// is built; OUT/pepd.yaml records the configuration.
+		if err := ValidatePepd(filepath.Join(c.Out, "pepd.yaml"), bedTopo(c, e.plan), c.Modes, c.Pepd); err != nil {
 			return nil, err
 		}
-		log.Info("profile", "profile", p)
-		profs = append(profs, p)
 	}
-	var wired *netem.Profile
-	if c.Wired != "" && c.Wired != "none" {
-		w, err := netem.LoadProfile(c.Wired)
-		if err != nil {
-			return nil, err
-		}
-		log.Info("wired profile", "profile", w)
-		wired = &w
-	}
-
-	res := &report.Results{Config: report.RunConfig{
-		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: string(c.Resolver), HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures, DNSOrigins: c.DNSOrigins, PepdRadio: c.PepdRadio, OptDeadline: durString(c.OptDeadline), Warm: c.Warm,
-		Backend: c.Backend, VIP: cmp.Or(c.VIP, topo.Default().VIP).String(), Origins: plan.Prefix.String(), Started: time.Now(), Import: imported,
-		Command: c.Command, PageTimeout: c.PageTimeout.String(),
-		SquidCache: "cold: Squid restarted on an empty cache folder before every (mode, run) session",
-		Parallel:   c.Parallel, SplitModes: c.SplitModes, Settle: c.Settle.String(), SettleMax: c.SettleMax.String(),
-		OriginCompress: string(originCompress(c.OriginCompress)),
-		ModeOrder:      "rotated: run r's sessions start with mode (r-1) mod the number of modes",
-	}}
+	rc := &e.res.Config
+	rc.SquidCache = "cold: Squid restarted on an empty cache folder before every (mode, run) session"
 	warmFill := "Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session"
 	if c.Warm {
-		res.Config.SquidCache = "warm: " + warmFill
+		rc.SquidCache = "warm: " + warmFill
 	} else if slices.ContainsFunc(c.Modes, IsWarm) {
-		res.Config.SquidCache = "cold in modes without " + WarmSuffix + ": Squid restarted on an empty cache folder before every (mode, run) session; warm in the " + WarmSuffix + " modes: " + warmFill
+		rc.SquidCache = "cold in modes without " + WarmSuffix + ": Squid restarted on an empty cache folder before every (mode, run) session; warm in the " + WarmSuffix + " modes: " + warmFill
 	}
-	res.Config.StockChromium = c.StockChromium
-	res.Config.Resolver = c.resolverLabel()
-	bo := browser.Options{Resolver: c.Resolver, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned, DisableFeatures: c.DisableFeatures, IgnoreCertErrors: true}
-	for _, ch := range browser.Changes(bo) {
-		if !c.StockChromium || ch.Stock {
-			res.Config.ChromiumChanges = append(res.Config.ChromiumChanges, report.ChromiumChange{What: ch.String(), Why: ch.Why, KeptInStock: ch.Stock})
-		}
-	}
-	if wired != nil {
-		res.Config.Wired = &report.ProfileInfo{Name: wired.Name, RTTms: ms(wired.RTT()), DownKbit: float64(wired.Down.Rate) / 1000, UpKbit: float64(wired.Up.Rate) / 1000,
-			Description: wired.Description, Exact: wired.String(), Source: wired.Source}
-	}
-	for _, p := range corp.Pages {
-		res.Config.Pages = append(res.Config.Pages, p.Name)
-	}
-	for _, p := range profs {
-		res.Config.Profiles = append(res.Config.Profiles, report.ProfileInfo{
-			Name: p.Name, RTTms: ms(p.RTT()), DownKbit: float64(p.Down.Rate) / 1000, UpKbit: float64(p.Up.Rate) / 1000,
-			Description: p.Description, Exact: p.String(),
-		})
-	}
-
-	total := len(profs) * c.Runs * len(c.Modes) * len(corp.Pages)
-	bar := NewProgress(total, progress)
-	var mu sync.Mutex // guards res
-	save := func(recs []report.Record, backend, ua string, cc map[string]string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		res.Config.Backend = backend // the same for every profile
-		if res.Config.CC == nil {
-			res.Config.CC = cc
-		}
-		if res.Config.Browser == "" {
-			res.Config.Browser = ua
-		}
-		res.Records = append(res.Records, recs...)
-		res.Config.Finished = time.Now()
-		return res.Write(filepath.Join(c.Out, "results.json"))
-	}
-	step := func(desc string) {
-		bar.Describe(desc)
-		bar.Add(1)
-	}
+	rc.OriginCompress = string(originCompress(c.OriginCompress))
+	rc.ModeOrder = "rotated: run r's sessions start with mode (r-1) mod the number of modes"
 
 	// One testbed per (profile, run), or per (profile, run, mode) with
 	// SplitModes: units run c.Parallel at a time.
-	type unit struct {
-		prof  netem.Profile
-		run   int
-		modes []string
-	}
 	var units []unit
 	for run := 1; run <= c.Runs; run++ {
-		for _, p := range profs {
+		for _, p := range e.profs {
 			if c.SplitModes {
 				for _, m := range c.Modes {
 					units = append(units, unit{p, run, []string{m}})
@@ -173,7 +287,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 			if ctx.Err() != nil {
 				return
 			}
-			errs[i] = runUnit(ctx, c, u.prof, u.run, u.modes, wired, corp, plan, log, save, step)
+			errs[i] = e.runUnit(ctx, u)
 			if errs[i] != nil && ctx.Err() == nil {
 				log.Error("testbed failed, stopping the others", "profile", u.prof.Name, "run", u.run, "err", errs[i])
 				cancel() // one broken testbed ends the experiment
@@ -181,20 +295,35 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		}()
 	}
 	wg.Wait()
-	bar.Finish()
-	res.Config.Finished = time.Now()
-	var names []string
-	for _, p := range profs {
-		names = append(names, p.Name)
+	return e.finish(cmp.Or(errors.Join(errs...), ctx.Err()))
+}
+
+// unit is one testbed's share of a namespace run: the sessions of one run
+// in modes (in RotateModes order) under one profile.
+type unit struct {
+	prof  netem.Profile
+	run   int
+	modes []string
+}
+
+// bedTopo is the topology of the run's testbeds (topo.Default with the
+// plan's origins and c's VIP and congestion controls); each bed gets its
+// own Prefix.
+func bedTopo(c Config, plan *corpus.Plan) topo.Config {
+	tc := topo.Default()
+	tc.Origins = plan.Prefix
+	if c.VIP.IsValid() {
+		tc.VIP = c.VIP
 	}
-	sortRecords(res.Records, names)
-	if err := res.Write(filepath.Join(c.Out, "results.json")); err != nil {
-		return res, err
+	for _, cc := range []struct {
+		dst *string
+		v   string
+	}{{&tc.CCPhone, c.CCPhone}, {&tc.CCGW, c.CCGW}, {&tc.CCOrigin, c.CCOrigin}} {
+		if cc.v != "" {
+			*cc.dst = cc.v
+		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return res, err
-	}
-	return res, ctx.Err()
+	return tc
 }
 
 // vipProto is the protocol most responses from addr came over, by the
@@ -212,20 +341,19 @@ func vipProto(protos map[string]int, addr string) string {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// runUnit builds one testbed for prof and runs the sessions of one run in
-// modes on it, in order.
-func runUnit(ctx context.Context, c Config, prof netem.Profile, run int, modes []string, wired *netem.Profile, corp *corpus.Corpus, plan *corpus.Plan,
-	log *slog.Logger, save func(recs []report.Record, backend, ua string, cc map[string]string) error, step func(string)) error {
-	logs := filepath.Join(c.Out, "logs", prof.Name, fmt.Sprintf("run%d", run))
+// runUnit builds one testbed for u and runs its sessions on it, in order.
+func (e *experiment) runUnit(ctx context.Context, u unit) error {
+	c := e.c
+	logs := filepath.Join(c.Out, "logs", u.prof.Name, fmt.Sprintf("run%d", u.run))
 	if c.SplitModes {
-		logs = filepath.Join(logs, modes[0])
+		logs = filepath.Join(logs, u.modes[0])
 	}
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	needPEP := slices.ContainsFunc(modes, NeedsPEP)
-	bed, err := NewBed(ctx, c, BedOptions{Profile: prof, Wired: wired, Corpus: corp, Plan: plan, NeedPEP: needPEP, Logs: logs},
-		log.With("run", run))
+	needPEP := slices.ContainsFunc(u.modes, NeedsPEP)
+	bed, err := NewBed(ctx, c, BedOptions{Profile: u.prof, Wired: e.wired, Corpus: e.corp, Plan: e.plan, NeedPEP: needPEP, Logs: logs},
+		e.log.With("run", u.run))
 	if err != nil {
 		return err
 	}
@@ -241,16 +369,26 @@ func runUnit(ctx context.Context, c Config, prof netem.Profile, run int, modes [
 		}
 		cc[r.Role] = got
 	}
-	for _, m := range RotateModes(modes, run) {
+	for _, m := range RotateModes(u.modes, u.run) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		recs, ua, err := session(ctx, c, bed, m, run, corp, step)
-		if serr := save(recs, bed.Link.Backend().String(), ua, cc); serr != nil && err == nil {
+		s := session{profile: u.prof.Name, run: u.run, mode: m, warm: NeedsPEP(m) && (c.Warm || IsWarm(m))}
+		recs, ua, err := e.bedSession(ctx, bed, s)
+		serr := e.save(recs, func(rc *report.RunConfig) {
+			rc.Backend = bed.Link.Backend().String() // the same for every profile
+			if rc.CC == nil {
+				rc.CC = cc
+			}
+			if rc.Browser == "" {
+				rc.Browser = ua
+			}
+		})
+		if serr != nil && err == nil {
 			err = serr
 		}
 		if err != nil {
-			return fmt.Errorf("run: %s, %s, run %d: %w", prof.Name, m, run, err)
+			return fmt.Errorf("run: %s, %s, run %d: %w", u.prof.Name, m, u.run, err)
 		}
 	}
 	return nil
@@ -271,18 +409,17 @@ func RotateModes(modes []string, run int) []string {
 	return append(slices.Clone(modes[k:]), modes[:k]...)
 }
 
-// session is one browser loading every page in order in one mode.
-func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *corpus.Corpus, step func(string)) ([]report.Record, string, error) {
+// bedSession runs session s on bed: the bed put in s's mode, Squid
+// emptied (and, for hints, pepd taught; for a warm session, Squid filled),
+// then one browser loads every page in order, the link's and the origin's
+// counters read around each.
+func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]report.Record, string, error) {
+	m := s.mode
 	if err := bed.SetMode(ctx, m); err != nil {
 		return nil, "", err
 	}
-	bopts := browser.Options{
-		NS: bed.Topo.Config.MNNS(), ExecPath: c.Chromium, Resolver: c.Resolver,
-		PageTimeout: c.PageTimeout, Settle: c.Settle, SettleMax: c.SettleMax, IgnoreCertErrors: true, HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned,
-		DisableFeatures: c.DisableFeatures, Stock: c.StockChromium, ProfileDir: bed.work, Log: bed.log.With("mode", m, "run", run),
-	}
-
-	warm := NeedsPEP(m) && (c.Warm || IsWarm(m))
+	bopts := e.browserOptions()
+	bopts.NS, bopts.ProfileDir, bopts.Log = bed.Topo.Config.MNNS(), bed.work, s.logWith(bed.log)
 	scheme, shards := Scheme(m)
 	if scheme == "https" {
 		// The VIP's certificate is checked as a phone checks a public
@@ -301,68 +438,48 @@ func session(ctx context.Context, c Config, bed *Bed, m string, run int, corp *c
 			if err := bed.pep.resetHints(); err != nil {
 				return nil, "", err
 			}
-			if err := warmUp(ctx, bopts, corp); err != nil {
+			if err := warmUp(ctx, bopts, e.corp); err != nil {
 				return nil, "", err
 			}
 			if err := bed.ColdCache(ctx); err != nil {
 				return nil, "", err
 			}
 		}
-		if warm {
-			if err := warmUp(ctx, bopts, corp); err != nil {
+		if s.warm {
+			if err := warmUp(ctx, bopts, e.corp); err != nil {
 				return nil, "", err
 			}
 		}
 	}
-	bopts.HAR = c.HAR
-	s, err := browser.NewSession(ctx, bopts)
+	bopts.HAR = e.c.HAR
+	b, err := browser.NewSession(ctx, bopts)
 	if err != nil {
 		return nil, "", err
 	}
-	defer s.Close()
+	defer b.Close()
 	vip := bed.Topo.Config.VIP
 	var recs []report.Record
-	for seq, pg := range corp.Pages {
-		step(fmt.Sprintf("%s %s run %d %s", bed.Profile.Name, m, run, pg.Name))
+	for seq, pg := range e.corp.Pages {
+		e.step(s, pg)
 		bed.Link.ResetCounters()
 		bed.Origin.ResetStats()
-		p, err := s.Load(ctx, pg.URL)
+		p, err := b.Load(ctx, pg.URL)
 		if err != nil {
-			return recs, s.UserAgent(), err
+			return recs, b.UserAgent(), err
 		}
-		lc := bed.Link.Counters()
-		st := bed.Origin.Stats()
-		r := report.Record{
-			Mode: m, Profile: bed.Profile.Name, Run: run, Page: pg.Name, URL: pg.URL, Seq: seq,
-			Loaded: p.Loaded, Error: p.Err, PLTms: ms(p.PLT), DCLms: ms(p.DCL), TTFBms: ms(p.TTFB), FCPms: ms(p.FCP), LCPms: ms(p.LCP),
-			Bytes: p.Bytes, Requests: p.Requests, Failed: p.Failed, HTTPErrors: p.HTTPErrors,
-			DocHosts: len(p.DocHosts), Hosts: len(p.Hosts),
-			BrowserConns: p.Conns, BrowserVIPConns: p.ConnsByIP[vip.String()], BrowserConnsReused: p.ConnsReused,
-			SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries), DNSRepeats: int(lc.Up.DNSRepeats),
-			LinkUpBytes: int64(lc.Up.Bytes), LinkDnBytes: int64(lc.Down.Bytes), LinkDrops: int(lc.Up.Drops + lc.Down.Drops),
-			Origin404: int(st.Misses), Resolver: c.resolverLabel(), Warm: warm, WallMs: ms(p.Wall),
-			ConnsByDst: map[string]int{}, Scheme: scheme, Shards: shards, VIPProto: vipProto(p.Protocols, vip.String()),
+		lc, st := bed.Link.Counters(), bed.Origin.Stats()
+		r, err := e.record(s, seq, pg, p, lc, vip)
+		if err != nil {
+			return recs, b.UserAgent(), err
 		}
-		if r.HAR, err = saveHAR(c.Out, bed.Profile.Name, run, m, seq, pg.Name, p); err != nil {
-			return recs, s.UserAgent(), err
-		}
-		for a, n := range lc.Up.ConnsByDst {
-			r.ConnsByDst[a.String()] = int(n)
-			switch {
-			case a == vip:
-				r.VIPConns += int(n)
-			case bed.Plan.Prefix.Contains(a):
-				r.OriginConns += int(n)
-			default:
-				r.OtherConns += int(n)
-			}
-		}
+		r.Origin404 = int(st.Misses)
+		r.Scheme, r.Shards, r.VIPProto = scheme, shards, vipProto(p.Protocols, vip.String())
 		recs = append(recs, r)
 	}
 	if HasHints(m) {
-		bed.pep.logHints(bed.log.With("mode", m, "run", run))
+		bed.pep.logHints(s.logWith(bed.log))
 	}
-	return recs, s.UserAgent(), nil
+	return recs, b.UserAgent(), nil
 }
 
 // HARDir is the folder, relative to the run's output folder, of the HAR
@@ -452,10 +569,3 @@ func originCompress(s string) origin.Compress {
 	return c
 }
 
-// durString is d as a config value, "" for zero.
-func durString(d time.Duration) string {
-	if d == 0 {
-		return ""
-	}
-	return d.String()
-}

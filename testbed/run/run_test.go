@@ -138,9 +138,14 @@ func TestRuleset(t *testing.T) {
 // TestPepdConfigLoads checks that the configuration the runner gives pepd
 // is one pepd's own loader accepts, with the values the testbed needs.
 func TestPepdConfigLoads(t *testing.T) {
-	c, err := config.Parse("pepd.yaml", PepdConfig(fixedTopo(), PepdSettings{DNSOrigins: "drop", Radio: "congestion: bbr, notsent_lowat: 16384", OptDeadline: 2 * time.Second}))
+	b, err := PepdConfig(fixedTopo(), PepdSettings{Overrides: []PepdSetting{
+		{"dns.origins", "drop"}, {"radio", "{congestion: bbr, notsent_lowat: 16384}"}, {"optimize.deadline", "2s"}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	c, err := config.Parse("pepd.yaml", b)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b)
 	}
 	for _, tc := range []struct{ name, got, want string }{
 		{"mode", c.Mode.String(), "off"},
