@@ -568,4 +568,3 @@ func originCompress(s string) origin.Compress {
 	c, _ := origin.ParseCompress(s) // Validate checked it
 	return c
 }
-
