@@ -22,23 +22,138 @@ var modeColors = map[string]color.RGBA{
 	"url":    {R: 0x55, G: 0xa8, B: 0x68, A: 0xff},
 }
 
-func modeColor(m string) color.Color {
-	// A mode on a warm cache ("url+warm"): its cold mode's hue, lighter.
-	if cold, ok := strings.CutSuffix(m, "+warm"); ok {
-		r, g, b, _ := modeColor(cold).RGBA()
+// modeLook is how a mode is drawn: its base mode's colour (lighter on a
+// warm cache), and for the variants of a mode with pepd's optimizer or
+// hints on, a hatch over bars and a dash pattern on lines, so that url
+// and url+opt share their hue and can still be told apart.
+type modeLook struct {
+	color color.Color
+	// hatch is the bars' pattern: "" none, "/" for +opt, "\\" for
+	// +hints, "x" for both.
+	hatch string
+}
+
+// lookOf returns mode m's look: "url+opt+hints+warm" is url's green,
+// lighter (warm), cross-hatched (optimizer and hints).
+func lookOf(m string) modeLook {
+	base, warm := strings.CutSuffix(m, "+warm")
+	base, hints := strings.CutSuffix(base, "+hints")
+	base, opt := strings.CutSuffix(base, "+opt")
+	var l modeLook
+	if c, ok := modeColors[base]; ok {
+		l.color = c
+	} else {
+		l.color = plotter.DefaultLineStyle.Color
+	}
+	if warm {
+		r, g, b, _ := l.color.RGBA()
 		light := func(v uint32) uint8 { return uint8((v >> 8) + (255-(v>>8))/2) }
-		return color.RGBA{R: light(r), G: light(g), B: light(b), A: 0xff}
+		l.color = color.RGBA{R: light(r), G: light(g), B: light(b), A: 0xff}
 	}
-	if c, ok := modeColors[m]; ok {
-		return c
+	switch {
+	case opt && hints:
+		l.hatch = "x"
+	case opt:
+		l.hatch = "/"
+	case hints:
+		l.hatch = "\\"
 	}
-	// A mode with the optimizer on ("url+opt"): its mode's hue, darker.
-	if base, ok := strings.CutSuffix(m, "+opt"); ok {
-		if c, ok := modeColors[base]; ok {
-			return color.RGBA{R: c.R * 3 / 5, G: c.G * 3 / 5, B: c.B * 3 / 5, A: 0xff}
+	return l
+}
+
+// modeColor is mode m's colour (lookOf).
+func modeColor(m string) color.Color { return lookOf(m).color }
+
+// dashes is the dash pattern of m's lines: solid for a mode, dashed for
+// its +opt variant, dotted for +hints, dash-dot for both.
+func (l modeLook) dashes() []vg.Length {
+	switch l.hatch {
+	case "/":
+		return []vg.Length{vg.Points(6), vg.Points(2.5)}
+	case "\\":
+		return []vg.Length{vg.Points(1.5), vg.Points(2)}
+	case "x":
+		return []vg.Length{vg.Points(6), vg.Points(2), vg.Points(1.5), vg.Points(2)}
+	}
+	return nil
+}
+
+// hatchedBars is a vertical bar chart with a hatch drawn over each bar
+// and over its legend swatch.
+type hatchedBars struct {
+	*plotter.BarChart
+	hatch string
+}
+
+// Plot draws the bars, then the hatch within each (BarChart.Plot's
+// geometry: bar i centred on XMin+i, Width wide, from 0 to its value,
+// clipped to the canvas).
+func (h hatchedBars) Plot(c draw.Canvas, plt *plot.Plot) {
+	h.BarChart.Plot(c, plt)
+	trX, trY := plt.Transforms(&c)
+	for i, v := range h.Values {
+		x := trX(h.XMin + float64(i))
+		if !c.ContainsX(x) {
+			continue
+		}
+		x0 := x - h.Width/2 + h.Offset
+		y0, y1 := trY(0), trY(v)
+		if y0 > y1 {
+			y0, y1 = y1, y0
+		}
+		y0, y1 = max(y0, c.Min.Y), min(y1, c.Max.Y)
+		drawHatch(c.Canvas, h.hatch, h.Color, vg.Rectangle{Min: vg.Point{X: x0, Y: y0}, Max: vg.Point{X: x0 + h.Width, Y: y1}})
+	}
+}
+
+// Thumbnail draws the legend's swatch: BarChart's, hatched.
+func (h hatchedBars) Thumbnail(c *draw.Canvas) {
+	h.BarChart.Thumbnail(c)
+	drawHatch(c.Canvas, h.hatch, h.Color, c.Rectangle)
+}
+
+// hatchSpacing is the distance between hatch lines, along x.
+var hatchSpacing = vg.Points(4)
+
+// drawHatch strokes the hatch kind ("/", "\\" or "x") over r in a dark
+// shade of fill: 45° lines hatchSpacing apart, clipped to r.
+func drawHatch(c vg.Canvas, kind string, fill color.Color, r vg.Rectangle) {
+	w, hgt := r.Max.X-r.Min.X, r.Max.Y-r.Min.Y
+	if kind == "" || w <= 0 || hgt <= 0 {
+		return
+	}
+	cr, cg, cb, _ := fill.RGBA()
+	dark := func(v uint32) uint8 { return uint8((v >> 8) * 2 / 5) }
+	c.SetColor(color.RGBA{R: dark(cr), G: dark(cg), B: dark(cb), A: 0xff})
+	c.SetLineWidth(vg.Points(0.7))
+	c.SetLineDash(nil, 0)
+	// A line x = d + t, y = Min.Y + t (t in [0, hgt]) for "/"; mirrored
+	// in x for "\\". Clip t so that x stays in [Min.X, Max.X].
+	stroke := func(mirror bool) {
+		for d := -hgt; d < w; d += hatchSpacing {
+			t0, t1 := max(0, -d), min(hgt, w-d)
+			if t0 >= t1 {
+				continue
+			}
+			x0, x1 := d+t0, d+t1
+			if mirror {
+				x0, x1 = w-x0, w-x1
+			}
+			var p vg.Path
+			p.Move(vg.Point{X: r.Min.X + x0, Y: r.Min.Y + t0})
+			p.Line(vg.Point{X: r.Min.X + x1, Y: r.Min.Y + t1})
+			c.Stroke(p)
 		}
 	}
-	return plotter.DefaultLineStyle.Color
+	switch kind {
+	case "/":
+		stroke(false)
+	case "\\":
+		stroke(true)
+	case "x":
+		stroke(false)
+		stroke(true)
+	}
 }
 
 // ManyPages is the page count above which per-page bar groups give way to
@@ -220,10 +335,17 @@ func grouped(p *plot.Plot, v View, cats []string, series map[string]*errBars, wi
 			return err
 		}
 		bars.XMin = s.dx
-		bars.Color = modeColor(m)
+		look := lookOf(m)
+		bars.Color = look.color
 		bars.LineStyle.Width = 0
-		p.Add(bars)
-		p.Legend.Add(m, bars)
+		if look.hatch != "" {
+			h := hatchedBars{bars, look.hatch}
+			p.Add(h)
+			p.Legend.Add(m, h)
+		} else {
+			p.Add(bars)
+			p.Legend.Add(m, bars)
+		}
 		if withErr {
 			eb, err := plotter.NewYErrorBars(s)
 			if err != nil {
@@ -380,6 +502,7 @@ func cdfLines(p *plot.Plot, v View, val func(pg, m string) (float64, bool), mode
 			return 0, 0, err
 		}
 		l.Color = modeColor(m)
+		l.Dashes = lookOf(m).dashes()
 		l.Width = vg.Points(1.5)
 		p.Add(l)
 		p.Legend.Add(fmt.Sprintf("%s (%d pages)", m, len(xs)), l)

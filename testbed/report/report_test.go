@@ -4,6 +4,11 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"image/color"
 	"image/png"
 	"math"
 	"os"
@@ -315,6 +320,63 @@ func TestYMax(t *testing.T) {
 	}{{100, 0, 115}, {100, 2, 129}, {0, 0, 1.15}} {
 		if got := YMax(tc.top, tc.n); math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("YMax(%v, %d) = %v, want %v", tc.top, tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestModeLook: a variant of a mode keeps the mode's colour (lighter when
+// warm) and is told apart by its hatch; the hatch is drawn, in a dark
+// shade of the fill, over a fair share of a swatch (0.7 pt lines 4 pt
+// apart: about a quarter of it for one direction).
+func TestModeLook(t *testing.T) {
+	green, lightGreen := color.RGBA{R: 0x55, G: 0xa8, B: 0x68, A: 0xff}, color.RGBA{R: 0xaa, G: 0xd3, B: 0xb3, A: 0xff}
+	for _, tc := range []struct {
+		mode  string
+		color color.RGBA
+		hatch string
+	}{
+		{"url", green, ""}, {"url+opt", green, "/"}, {"url+hints", green, `\`}, {"url+opt+hints", green, "x"},
+		{"url+warm", lightGreen, ""}, {"url+opt+warm", lightGreen, "/"}, {"url+opt+hints+warm", lightGreen, "x"},
+		{"off+opt", color.RGBA{R: 0x4c, G: 0x72, B: 0xb0, A: 0xff}, "/"},
+	} {
+		l := lookOf(tc.mode)
+		if r, g, b, a := l.color.RGBA(); color.RGBAModel.Convert(l.color) != tc.color || a != 0xffff {
+			t.Errorf("%s: colour %d,%d,%d, want %v", tc.mode, r>>8, g>>8, b>>8, tc.color)
+		}
+		if l.hatch != tc.hatch {
+			t.Errorf("%s: hatch %q, want %q", tc.mode, l.hatch, tc.hatch)
+		}
+	}
+	dark := color.RGBA{R: 0x55 * 2 / 5, G: 0xa8 * 2 / 5, B: 0x68 * 2 / 5, A: 0xff}
+	for _, tc := range []struct {
+		hatch    string
+		min, max float64 // share of dark pixels
+	}{{"", 0, 0}, {"/", 0.1, 0.4}, {"x", 0.2, 0.6}} {
+		img := vgimg.New(vg.Points(40), vg.Points(40))
+		dc := draw.New(img)
+		bars, err := plotter.NewBarChart(plotter.Values{1}, vg.Points(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bars.Color, bars.LineStyle.Width = green, 0
+		hatchedBars{bars, tc.hatch}.Thumbnail(&dc)
+		var fill, hatch, all int
+		im := img.Image()
+		for y := im.Bounds().Min.Y; y < im.Bounds().Max.Y; y++ {
+			for x := im.Bounds().Min.X; x < im.Bounds().Max.X; x++ {
+				// Lines are antialiased: a pixel is the hatch's when its
+				// green is nearer the hatch's than the fill's.
+				switch c := color.RGBAModel.Convert(im.At(x, y)).(color.RGBA); {
+				case c == green:
+					fill++
+				case c.G < (green.G+dark.G)/2:
+					hatch++
+				}
+				all++
+			}
+		}
+		if share := float64(hatch) / float64(all); share < tc.min || share > tc.max || fill < all/8 {
+			t.Errorf("hatch %q: %d fill, %d hatch pixels of %d (hatch share %.2f, want %.2f-%.2f)", tc.hatch, fill, hatch, all, share, tc.min, tc.max)
 		}
 	}
 }

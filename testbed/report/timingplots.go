@@ -139,6 +139,7 @@ func plotInFlight(v View, tv TimeView, page string) (*plot.Plot, vg.Length, erro
 			}
 			line.Color = modeColor(m)
 			line.Width = vg.Points(1.2)
+			line.Dashes = lookOf(m).dashes()
 			if k == 1 {
 				line.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
 				line.Width = vg.Points(0.8)

@@ -61,20 +61,8 @@ type BedOptions struct {
 // (the resolver answers, the origin listens, Squid and pepd accept). On
 // error, everything built so far is removed.
 func NewBed(ctx context.Context, rc Config, o BedOptions, log *slog.Logger) (b *Bed, err error) {
-	tc := topo.Default()
-	tc.Origins = o.Plan.Prefix
+	tc := bedTopo(rc, o.Plan)
 	tc.WiredEmulated = o.Wired != nil
-	if rc.VIP.IsValid() {
-		tc.VIP = rc.VIP
-	}
-	for _, cc := range []struct {
-		dst *string
-		v   string
-	}{{&tc.CCPhone, rc.CCPhone}, {&tc.CCGW, rc.CCGW}, {&tc.CCOrigin, rc.CCOrigin}} {
-		if cc.v != "" {
-			*cc.dst = cc.v
-		}
-	}
 	b = &Bed{Plan: o.Plan, Profile: o.Profile, logs: o.Logs, log: log.With("profile", o.Profile.Name), mode: "direct", compress: rc.OriginCompress}
 	defer func() {
 		if err != nil {
