@@ -226,16 +226,13 @@ func (e *experiment) record(s session, seq int, pg *corpus.Page, p browser.Page,
 // (nil: none). Errors of the setup end the run; a page that does not load
 // is a record with Loaded false, not an error.
 func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*report.Results, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
 	log.Info("testbed configuration", "config", c)
-	if err := os.MkdirAll(filepath.Join(c.Out, "logs"), 0o755); err != nil {
-		return nil, fmt.Errorf("run: %w", err)
-	}
 	e, err := prepare(c, log, progress)
 	if err != nil {
 		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(c.Out, "logs"), 0o755); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
 	}
 	if slices.ContainsFunc(c.Modes, NeedsPEP) || len(c.Pepd) > 0 {
 		// pepd's own loader judges the -pepd settings before any testbed
