@@ -21,7 +21,7 @@ import (
 	"github.com/miekg/dns"
 	"go.yaml.in/yaml/v3"
 
-	"pep/internal/httpproxy"
+	"pep/internal/squid"
 	"pep/internal/testenv"
 )
 
@@ -280,7 +280,7 @@ func TestDashboardQueries(t *testing.T) {
 	tp.loadRuleset(t, Ruleset)
 	// What pep-dns-guard does while pepd answers: DNS is redirected to it.
 	tp.gw.exec(t, "nft", "add element ip pep dns_alive { udp timeout 1h, tcp timeout 1h }")
-	startSquidWith(t, tp.gw, fmt.Sprintf("pepdash%d", os.Getpid()), func(c *httpproxy.SquidConf) {
+	startSquidWith(t, tp.gw, fmt.Sprintf("pepdash%d", os.Getpid()), func(c *squid.Conf) {
 		c.Optimizer = "127.0.0.1:3131"
 	})
 

@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"pep/internal/httpproxy"
+	"pep/internal/squid"
 	"pep/internal/testenv"
 )
 
@@ -369,7 +367,7 @@ func startSquid(t *testing.T, gw *netNS) {
 // (unique per Squid: /dev/shm is shared by every namespace) and mod, when
 // not nil, applied to the configuration before rendering. It returns the
 // log folder (access.log, cache.log).
-func startSquidWith(t *testing.T, gw *netNS, service string, mod func(*httpproxy.SquidConf)) string {
+func startSquidWith(t *testing.T, gw *netNS, service string, mod func(*squid.Conf)) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "pep6squid")
 	if err != nil {
@@ -377,11 +375,15 @@ func startSquidWith(t *testing.T, gw *netNS, service string, mod func(*httpproxy
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
-	tmpl, err := os.ReadFile("../configs/squid.conf")
+	tmplPath, err := squid.FindTemplate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := httpproxy.DefaultSquidConf(mustAddr(testVIP))
+	tmpl, err := os.ReadFile(tmplPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := squid.DefaultConf(mustAddr(testVIP))
 	c.Resolvers = []string{originDNS}
 	c.CacheDir, c.CacheDirMB, c.CacheMemMB = filepath.Join(dir, "cache"), 16, 8
 	c.LogDir, c.PidFile = filepath.Join(dir, "log"), filepath.Join(dir, "squid.pid")
@@ -389,25 +391,18 @@ func startSquidWith(t *testing.T, gw *netNS, service string, mod func(*httpproxy
 	if mod != nil {
 		mod(&c)
 	}
-	var buf bytes.Buffer
-	if err := httpproxy.RenderSquidConf(&buf, string(tmpl), c); err != nil {
+	conf := filepath.Join(dir, "squid.conf")
+	if err := squid.WriteConf(conf, string(tmpl), c, ""); err != nil {
 		t.Fatal(err)
 	}
-	conf := filepath.Join(dir, "squid.conf")
-	os.WriteFile(conf, buf.Bytes(), 0o644)
-	for _, d := range []string{c.CacheDir, c.LogDir} {
-		os.MkdirAll(d, 0o755)
-		if u, err := user.Lookup(c.User); err == nil {
-			uid, _ := strconv.Atoi(u.Uid)
-			gid, _ := strconv.Atoi(u.Gid)
-			os.Chown(d, uid, gid)
-		}
+	if err := squid.MakeDirs(c, false); err != nil {
+		t.Fatal(err)
 	}
 	// A service name of its own: Squid names its shared memory segments
 	// (/dev/shm, shared by every namespace) after it.
-	gw.exec(t, "squid", "-n", service, "-z", "-N", "-f", conf)
+	gw.exec(t, append([]string{"squid"}, squid.InitArgs(service, conf)...)...)
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := gw.command(ctx, "squid", "-n", service, "-N", "-f", conf)
+	cmd := gw.command(ctx, append([]string{"squid"}, squid.RunArgs(service, conf)...)...)
 	cmd.Stdout, cmd.Stderr = tlogWriter{t, "squid"}, tlogWriter{t, "squid"}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

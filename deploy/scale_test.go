@@ -18,9 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"pep/internal/cachepolicy"
 	"pep/internal/cputime"
-	"pep/internal/httpproxy"
+	"pep/internal/squid"
 	"pep/internal/testenv"
 )
 
@@ -145,7 +144,7 @@ func newArray(t *testing.T, n int) *array {
 		gw.exec(t, "nft", "-f", f)
 		service := fmt.Sprintf("pepscale%dx%d", i, os.Getpid())
 		a.squids = append(a.squids, service)
-		logDir := startSquidWith(t, gw, service, func(c *httpproxy.SquidConf) {
+		logDir := startSquidWith(t, gw, service, func(c *squid.Conf) {
 			c.Peers, c.PeerListen = peers, peers[i-1]
 		})
 		a.squidLogs = append(a.squidLogs, logDir)
@@ -198,7 +197,7 @@ func newArray(t *testing.T, n int) *array {
 	// Then each member has its peers again, each with its address (Squid
 	// configures them asynchronously) and up: mgr:server_list.
 	for i, gw := range a.gws {
-		m := &cachepolicy.Manager{Addr: "127.0.0.1:3128", ProxyProtocol: true}
+		m := &squid.Manager{Addr: "127.0.0.1:3128", ProxyProtocol: true}
 		var page string
 		for deadline := time.Now().Add(testenv.Scale(30 * time.Second)); ; time.Sleep(20 * time.Millisecond) {
 			var err error

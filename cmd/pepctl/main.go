@@ -27,9 +27,9 @@ import (
 	"time"
 
 	"pep/internal/config"
-	"pep/internal/httpproxy"
 	"pep/internal/optimize"
 	"pep/internal/rewrite"
+	"pep/internal/squid"
 )
 
 func main() {
@@ -387,7 +387,7 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("squid-conf", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgFile := fs.String("config", "", "pepd's config file (subscribers, resolvers, squid, vip, guard); default: built-in defaults")
-	tmpl := fs.String("template", "configs/squid.conf", "the squid.conf template")
+	tmpl := fs.String("template", squid.Template, "the squid.conf template")
 	cacheDir := fs.String("cache-dir", "/var/spool/squid", "cache_dir directory")
 	cacheDirMB := fs.Int("cache-dir-mb", 10000, "cache_dir size, MB")
 	cacheMemMB := fs.Int("cache-mem-mb", 256, "cache_mem, MB")
@@ -431,7 +431,7 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sc := httpproxy.DefaultSquidConf(cfg.VIP)
+	sc := squid.DefaultConf(cfg.VIP)
 	sc.Listen = cfg.Squid
 	sc.ProxyProtocol = cfg.SquidProxyProtocol
 	sc.Pepd = strings.Split(*pepdSrc, ",")
@@ -478,5 +478,5 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 		sc.ProxyProtocol, sc.Admission, sc.Peers, sc.PeerListen = false, false, nil, ""
 		sc.Pepd, sc.Subscribers = []string{"127.0.0.1/32"}, []string{"127.0.0.1/32"}
 	}
-	return httpproxy.RenderSquidConf(stdout, string(t), sc)
+	return squid.Render(stdout, string(t), sc)
 }

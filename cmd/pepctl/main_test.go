@@ -15,6 +15,7 @@ import (
 	"pep/internal/cachepolicy"
 	"pep/internal/hints"
 	"pep/internal/mode"
+	"pep/internal/squid"
 )
 
 func TestCommands(t *testing.T) {
@@ -200,7 +201,7 @@ func TestSquidConfAdmission(t *testing.T) {
 // JSON document, through the admin API's handler.
 func TestCacheCommand(t *testing.T) {
 	st := cachepolicy.Status{Admission: "second-hit", Window: "1h0m0s", Pepd: cachepolicy.Counts{FirstSeen: 7, Admitted: 3, Private: 2},
-		Squid:    &cachepolicy.SquidStats{Requests: 10, Hits: 4, SentBytes: 10240, HitSentBytes: 2048, SwapOuts: 3, DiskObjects: 3, DiskBytes: 12288},
+		Squid:    &squid.Stats{Requests: 10, Hits: 4, SentBytes: 10240, HitSentBytes: 2048, SwapOuts: 3, DiskObjects: 3, DiskBytes: 12288},
 		HitRatio: 0.4, ByteHitRatio: 0.2}
 	srv := httptest.NewServer(admin.Handler(admin.Options{Mode: mode.NewSwitch(mode.Off),
 		Cache: func(context.Context) cachepolicy.Status { return st }}))

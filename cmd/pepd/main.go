@@ -53,6 +53,7 @@ import (
 	"pep/internal/optimize"
 	"pep/internal/rewrite"
 	"pep/internal/splice"
+	"pep/internal/squid"
 	"pep/internal/viptls"
 )
 
@@ -427,7 +428,7 @@ func (d *pepd) buildCache(cfg *config.Config) error {
 	if err := d.cache.Register(d.reg); err != nil {
 		return err
 	}
-	mgr := &cachepolicy.Manager{Addr: cfg.Squid, ProxyProtocol: cfg.SquidProxyProtocol, Timeout: k.StatusTimeout}
+	mgr := &squid.Manager{Addr: cfg.Squid, ProxyProtocol: cfg.SquidProxyProtocol, Timeout: k.StatusTimeout}
 	if err := d.reg.Register(&cachepolicy.Collector{Manager: mgr}); err != nil {
 		return err
 	}

@@ -232,7 +232,7 @@ func TestProcess(t *testing.T) {
 	}
 	// The cache status: admission as configured, Squid's figures missing
 	// (no Squid behind this pepd) and said so, never an error page.
-	if got := get("/cache"); !strings.Contains(got, "admission: second-hit (window 1h0m0s)\n") || !strings.Contains(got, "squid: cachepolicy: squid manager") {
+	if got := get("/cache"); !strings.Contains(got, "admission: second-hit (window 1h0m0s)\n") || !strings.Contains(got, "squid: squid: cache manager") {
 		t.Errorf("/cache = %q", got)
 	}
 	if got := get("/metrics"); !strings.Contains(got, "pep_cache_squid_up 0") || !strings.Contains(got, "pep_cache_admission_enabled 1") {

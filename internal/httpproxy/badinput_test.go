@@ -14,6 +14,7 @@ import (
 
 	"pep/internal/mode"
 	"pep/internal/rewrite"
+	pepsquid "pep/internal/squid"
 	"pep/internal/testenv"
 )
 
@@ -181,7 +182,7 @@ func TestHostVerification(t *testing.T) {
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
-	sc := DefaultSquidConf(testVIP)
+	sc := pepsquid.DefaultConf(testVIP)
 	sc.Subscribers, sc.AllowedPorts, sc.AllowDst, sc.Resolvers = []string{"127.0.0.0/8"}, []uint16{port}, []string{originIP + "/32"}, []string{ns.IP}
 	if ns.Addr != ns.IP+":53" {
 		sc.HostsFile = writeHosts(t, siteRecords)
@@ -424,7 +425,7 @@ func TestReloadHostMismatch(t *testing.T) {
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
-	sc := DefaultSquidConf(testVIP)
+	sc := pepsquid.DefaultConf(testVIP)
 	sc.Subscribers, sc.AllowedPorts, sc.AllowDst, sc.Resolvers = []string{"127.0.0.0/8"}, []uint16{port}, []string{originIP + "/32"}, []string{ns.IP}
 	if ns.Addr != ns.IP+":53" {
 		sc.HostsFile = writeHosts(t, siteRecords)

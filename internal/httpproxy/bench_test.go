@@ -17,6 +17,7 @@ import (
 
 	"pep/internal/cputime"
 	"pep/internal/mode"
+	pepsquid "pep/internal/squid"
 )
 
 // procCPU returns process pid's CPU time so far (cputime.Of), failing
@@ -259,7 +260,7 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 	for _, pp := range []bool{true, false} {
 		name := map[bool]string{true: "proxy-protocol", false: "xff"}[pp]
 		b.Run(name, func(b *testing.B) {
-			sc := DefaultSquidConf(testVIP)
+			sc := pepsquid.DefaultConf(testVIP)
 			sc.ProxyProtocol = pp
 			sc.Subscribers, sc.AllowedPorts, sc.AllowDst, sc.Resolvers = []string{"127.0.0.0/8"}, []uint16{port}, []string{originIP + "/32"}, []string{ns.IP}
 			if ns.Addr != ns.IP+":53" {

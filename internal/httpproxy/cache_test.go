@@ -18,6 +18,7 @@ import (
 
 	"pep/internal/cachepolicy"
 	"pep/internal/mode"
+	pepsquid "pep/internal/squid"
 	"pep/internal/testenv"
 )
 
@@ -25,7 +26,7 @@ import (
 // second-hit admission on or off on both sides: pepd's
 // cachepolicy.Policy and Squid's rendered store_miss rule. It returns
 // the policy and a Manager reading that Squid.
-func cacheWorld(t *testing.T, admission, proxyProtocol bool) (*pepd, *squid, *origin, *cachepolicy.Policy, *cachepolicy.Manager) {
+func cacheWorld(t *testing.T, admission, proxyProtocol bool) (*pepd, *squid, *origin, *cachepolicy.Policy, *pepsquid.Manager) {
 	t.Helper()
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
@@ -44,7 +45,7 @@ func cacheWorld(t *testing.T, admission, proxyProtocol bool) (*pepd, *squid, *or
 	pol := cachepolicy.NewPolicy(adm, admission)
 	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: proxyProtocol, resolver: ns.Addr, mode: mode.URL,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}, cache: pol})
-	return p, sq, o, pol, &cachepolicy.Manager{Addr: sq.Addr, ProxyProtocol: proxyProtocol, Timeout: 5 * time.Second}
+	return p, sq, o, pol, &pepsquid.Manager{Addr: sq.Addr, ProxyProtocol: proxyProtocol, Timeout: 5 * time.Second}
 }
 
 // diskFiles returns the object files in Squid's cache_dir (its swap.state
@@ -64,7 +65,7 @@ func (s *squid) diskFiles(t *testing.T) map[string]string {
 }
 
 // stats reads Squid's figures, failing t on an error.
-func stats(t *testing.T, m *cachepolicy.Manager) cachepolicy.SquidStats {
+func stats(t *testing.T, m *pepsquid.Manager) pepsquid.Stats {
 	t.Helper()
 	s, err := m.Fetch(context.Background())
 	if err != nil {
@@ -78,9 +79,9 @@ func stats(t *testing.T, m *cachepolicy.Manager) cachepolicy.SquidStats {
 // went out. It then keeps reading the count for swapSettle so that a
 // write that should not happen (a first-seen object stored) is seen
 // rather than read as 0 before aufs wrote anything.
-func waitSwapOuts(t *testing.T, m *cachepolicy.Manager, want int64) cachepolicy.SquidStats {
+func waitSwapOuts(t *testing.T, m *pepsquid.Manager, want int64) pepsquid.Stats {
 	t.Helper()
-	var s cachepolicy.SquidStats
+	var s pepsquid.Stats
 	deadline := time.Now().Add(testenv.Scale(5 * time.Second))
 	for ; ; time.Sleep(20 * time.Millisecond) {
 		s = stats(t, m)

@@ -20,6 +20,7 @@ import (
 
 	"pep/internal/cachepolicy"
 	"pep/internal/mode"
+	pepsquid "pep/internal/squid"
 	"pep/testbed/corpus"
 )
 
@@ -27,7 +28,7 @@ import (
 // pages replayed through pepd and a real Squid, with admission off (admit
 // all), with second-hit admission, and with second-hit admission and a
 // memory tier (a memory-only Squid as the disk Squid's parent,
-// SquidConf.MemoryTier), from a cold cache each.
+// squid.Conf.MemoryTier), from a cold cache each.
 //
 // The trace model (fixed seed, so both runs replay the same requests):
 //   - every tp5n page is a site with traceArticles articles; an article
@@ -213,7 +214,7 @@ func procWriteBytes(pid int) int64 {
 }
 
 // traceVariant is one replay's cache setup: admission off or second-hit,
-// with or without a memory tier of tierMB megabytes (SquidConf.MemoryTier).
+// with or without a memory tier of tierMB megabytes (squid.Conf.MemoryTier).
 type traceVariant struct {
 	name      string
 	admission bool
@@ -223,12 +224,12 @@ type traceVariant struct {
 // traceResult is one replay's figures.
 type traceResult struct {
 	admission                  string
-	tier                       cachepolicy.SquidStats // the memory tier's, when there is one
+	tier                       pepsquid.Stats // the memory tier's, when there is one
 	tierWriteBytes             int64
 	requests, errors           int64
 	clientBytes                int64 // body bytes the subscribers received
 	originRequests, originSent int64 // at the origin
-	squid                      cachepolicy.SquidStats
+	squid                      pepsquid.Stats
 	writeBytes                 int64 // Squid's /proc/PID/io write_bytes, delta
 	firstSeen                  int64
 	elapsed                    time.Duration
@@ -256,13 +257,13 @@ func replayTrace(t *testing.T, c *corpus.Corpus, trace []traceSession, v traceVa
 	sc := siteSquidConf(t, ns, records, port)
 	sc.Admission = admission
 	var tier *squid
-	var tierMgr *cachepolicy.Manager
+	var tierMgr *pepsquid.Manager
 	if v.tierMB > 0 {
 		tc := sc
 		tc.Admission, tc.MemoryOnly, tc.ProxyProtocol = false, true, false
 		tc.Pepd, tc.Subscribers = []string{"127.0.0.1/32"}, []string{"127.0.0.1/32"}
 		tier = startSquidSized(t, tc, "", 100, v.tierMB)
-		tierMgr = &cachepolicy.Manager{Addr: tier.Addr, Timeout: 10 * time.Second}
+		tierMgr = &pepsquid.Manager{Addr: tier.Addr, Timeout: 10 * time.Second}
 		sc.MemoryTier = tier.Addr
 	}
 	// The gateway's memory cache; a disk cache large enough that nothing
@@ -278,13 +279,13 @@ func replayTrace(t *testing.T, c *corpus.Corpus, trace []traceSession, v traceVa
 	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}, cache: pol,
 		upTimeout: 60 * time.Second})
-	mgr := &cachepolicy.Manager{Addr: sq.Addr, ProxyProtocol: true, Timeout: 10 * time.Second}
+	mgr := &pepsquid.Manager{Addr: sq.Addr, ProxyProtocol: true, Timeout: 10 * time.Second}
 	before, err := mgr.Fetch(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	wb0 := procWriteBytes(sq.cmd.Process.Pid)
-	var tierBefore cachepolicy.SquidStats
+	var tierBefore pepsquid.Stats
 	var twb0 int64
 	if tier != nil {
 		if tierBefore, err = tierMgr.Fetch(context.Background()); err != nil {
@@ -355,7 +356,7 @@ func replayTrace(t *testing.T, c *corpus.Corpus, trace []traceSession, v traceVa
 	res.elapsed = time.Since(start)
 	// aufs finishes its writes in its own threads: wait until the disk
 	// writes stop moving.
-	var after cachepolicy.SquidStats
+	var after pepsquid.Stats
 	for last := int64(-1); ; time.Sleep(500 * time.Millisecond) {
 		if after, err = mgr.Fetch(context.Background()); err != nil {
 			t.Fatal(err)
@@ -370,7 +371,7 @@ func replayTrace(t *testing.T, c *corpus.Corpus, trace []traceSession, v traceVa
 	res.originRequests, res.originSent = org.requests.Load(), org.sent.Load()
 	res.writeBytes = wb1 - wb0
 	res.firstSeen = pol.Counts().FirstSeen
-	res.squid = cachepolicy.SquidStats{
+	res.squid = pepsquid.Stats{
 		Requests: after.Requests - before.Requests, Hits: after.Hits - before.Hits,
 		SentBytes: after.SentBytes - before.SentBytes, HitSentBytes: after.HitSentBytes - before.HitSentBytes,
 		OriginRequests: after.OriginRequests - before.OriginRequests, OriginBytes: after.OriginBytes - before.OriginBytes,
@@ -382,7 +383,7 @@ func replayTrace(t *testing.T, c *corpus.Corpus, trace []traceSession, v traceVa
 		if err != nil {
 			t.Fatal(err)
 		}
-		res.tier = cachepolicy.SquidStats{Requests: ta.Requests - tierBefore.Requests, Hits: ta.Hits - tierBefore.Hits,
+		res.tier = pepsquid.Stats{Requests: ta.Requests - tierBefore.Requests, Hits: ta.Hits - tierBefore.Hits,
 			SentBytes: ta.SentBytes - tierBefore.SentBytes, HitSentBytes: ta.HitSentBytes - tierBefore.HitSentBytes,
 			SwapOuts: ta.SwapOuts - tierBefore.SwapOuts, MemObjects: ta.MemObjects, MemBytes: ta.MemBytes}
 		res.tierWriteBytes = procWriteBytes(tier.cmd.Process.Pid) - twb0

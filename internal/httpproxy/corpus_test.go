@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"pep/internal/cachepolicy"
 	"pep/internal/mode"
+	pepsquid "pep/internal/squid"
 	"pep/internal/testenv"
 )
 
@@ -561,7 +561,7 @@ func TestSmugglingCorpus(t *testing.T) {
 // failed.
 func waitSquidIdle(t *testing.T, sq *squid) {
 	t.Helper()
-	m := &cachepolicy.Manager{Addr: sq.Addr, ProxyProtocol: sq.ProxyProtocol}
+	m := &pepsquid.Manager{Addr: sq.Addr, ProxyProtocol: sq.ProxyProtocol}
 	deadline := time.Now().Add(testenv.Scale(5 * time.Second))
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), testenv.Scale(2*time.Second))

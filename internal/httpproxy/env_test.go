@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,6 +30,7 @@ import (
 	"pep/internal/mode"
 	"pep/internal/optimize"
 	"pep/internal/rewrite"
+	pepsquid "pep/internal/squid"
 	"pep/internal/testenv"
 )
 
@@ -180,7 +180,7 @@ func (o *origin) hitCount(key string) int {
 type squid struct {
 	Addr          string
 	LogDir        string
-	ProxyProtocol bool // its port wants a PROXY header (SquidConf.ProxyProtocol)
+	ProxyProtocol bool // its port wants a PROXY header (squid.Conf.ProxyProtocol)
 	cmd           *exec.Cmd
 }
 
@@ -198,20 +198,20 @@ func freePort(t testing.TB) string {
 // startSquid renders configs/squid.conf with c (Listen, CacheDir, LogDir,
 // PidFile are filled in) and runs Squid in the foreground until the test
 // ends. It skips the test if squid is not installed.
-func startSquid(t testing.TB, c SquidConf) *squid {
+func startSquid(t testing.TB, c pepsquid.Conf) *squid {
 	t.Helper()
 	return startSquidExtra(t, c, "")
 }
 
 // startSquidExtra is startSquid with extra lines appended to the config.
-func startSquidExtra(t testing.TB, c SquidConf, extra string) *squid {
+func startSquidExtra(t testing.TB, c pepsquid.Conf, extra string) *squid {
 	t.Helper()
 	return startSquidSized(t, c, extra, 100, 32)
 }
 
 // startSquidSized is startSquidExtra with a cache_dir of dirMB and a
 // cache_mem of memMB megabytes.
-func startSquidSized(t testing.TB, c SquidConf, extra string, dirMB, memMB int) *squid {
+func startSquidSized(t testing.TB, c pepsquid.Conf, extra string, dirMB, memMB int) *squid {
 	t.Helper()
 	bin, err := exec.LookPath("squid")
 	if err != nil {
@@ -232,38 +232,29 @@ func startSquidSized(t testing.TB, c SquidConf, extra string, dirMB, memMB int) 
 	if c.User == "" {
 		c.User = "proxy"
 	}
-	tmpl, err := os.ReadFile(filepath.Join("..", "..", "configs", "squid.conf"))
+	tmplPath, err := pepsquid.FindTemplate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sb strings.Builder
-	if err := RenderSquidConf(&sb, string(tmpl), c); err != nil {
+	tmpl, err := os.ReadFile(tmplPath)
+	if err != nil {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(dir, "squid.conf")
-	if err := os.WriteFile(conf, []byte(sb.String()+extra), 0o644); err != nil {
+	if err := pepsquid.WriteConf(conf, string(tmpl), c, extra); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Mkdir(c.CacheDir, 0o755); err != nil {
+	os.Chmod(dir, 0o755) // Squid's user must get through to its folders
+	if err := pepsquid.MakeDirs(c, false); err != nil {
 		t.Fatal(err)
-	}
-	if os.Geteuid() == 0 { // Squid drops to cache_effective_user
-		u, err := user.Lookup(c.User)
-		if err != nil {
-			t.Fatal(err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		os.Chmod(dir, 0o755)
-		filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error { return os.Chown(p, uid, gid) })
 	}
 	// A service name of its own: Squid's shared memory segments are named
 	// after it in /dev/shm, which other tests' Squids share.
-	service := fmt.Sprintf("peptest%d%d", os.Getpid(), squidSeq.Add(1))
-	if out, err := exec.Command(bin, "-n", service, "-z", "-N", "-f", conf).CombinedOutput(); err != nil {
+	service := pepsquid.Service(fmt.Sprintf("test%dx%d", os.Getpid(), squidSeq.Add(1)))
+	if out, err := exec.Command(bin, pepsquid.InitArgs(service, conf)...).CombinedOutput(); err != nil {
 		t.Fatalf("squid -z: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "-n", service, "-N", "-f", conf)
+	cmd := exec.Command(bin, pepsquid.RunArgs(service, conf)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -479,9 +470,9 @@ func (p *pepd) raw(t testing.TB, src, req string) (*http.Response, string) {
 // 127.0.0.0/8, the origin's address and ports 80 and port allowed, the
 // test DNS server as resolver (or, when it is not on port 53, where Squid
 // cannot reach it, a hosts file of records).
-func siteSquidConf(t testing.TB, ns *dnsServer, records map[string]string, port uint16) SquidConf {
+func siteSquidConf(t testing.TB, ns *dnsServer, records map[string]string, port uint16) pepsquid.Conf {
 	t.Helper()
-	sc := DefaultSquidConf(testVIP)
+	sc := pepsquid.DefaultConf(testVIP)
 	sc.Subscribers = []string{"127.0.0.0/8"}
 	sc.AllowedPorts = []uint16{80, port}
 	sc.AllowDst = []string{originIP + "/32"}

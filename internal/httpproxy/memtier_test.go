@@ -7,12 +7,13 @@ import (
 
 	"pep/internal/cachepolicy"
 	"pep/internal/mode"
+	pepsquid "pep/internal/squid"
 )
 
 // TestMemoryTier: second-hit admission with the memory tier (issue 13;
 // CacheSifter's transient objects, seed 001): pepd, the disk Squid
 // (store_miss deny for first-seen requests) and a memory-only Squid as
-// its parent (SquidConf.MemoryTier, MemoryOnly), all real. Request 1 of
+// its parent (squid.Conf.MemoryTier, MemoryOnly), all real. Request 1 of
 // an object is fetched from the origin once and written to no disk (the
 // tier keeps it in memory); request 2 does not reach the origin (a
 // memory hit at the tier) and is written to the disk Squid's cache_dir;
@@ -23,7 +24,7 @@ func TestMemoryTier(t *testing.T) {
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
-	base := func() SquidConf { return siteSquidConf(t, ns, siteRecords, port) }
+	base := func() pepsquid.Conf { return siteSquidConf(t, ns, siteRecords, port) }
 	tc := base()
 	tc.MemoryOnly, tc.ProxyProtocol = true, false
 	tc.Pepd, tc.Subscribers = []string{"127.0.0.1/32"}, []string{"127.0.0.1/32"}
@@ -44,8 +45,8 @@ func TestMemoryTier(t *testing.T) {
 	pol := cachepolicy.NewPolicy(adm, true)
 	p := startPepd(t, pepdOpts{squid: disk.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}, cache: pol})
-	dm := &cachepolicy.Manager{Addr: disk.Addr, ProxyProtocol: true, Timeout: 5 * time.Second}
-	tm := &cachepolicy.Manager{Addr: tier.Addr, Timeout: 5 * time.Second}
+	dm := &pepsquid.Manager{Addr: disk.Addr, ProxyProtocol: true, Timeout: 5 * time.Second}
+	tm := &pepsquid.Manager{Addr: tier.Addr, Timeout: 5 * time.Second}
 
 	obj := "img.cdn.test/logo.png"
 	req := "GET /img.cdn.test:" + o.Port + "/logo.png HTTP/1.1\r\nHost: 192.0.2.12\r\n\r\n"

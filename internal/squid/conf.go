@@ -1,4 +1,4 @@
-package httpproxy
+package squid
 
 import (
 	"fmt"
@@ -10,9 +10,11 @@ import (
 	"text/template"
 )
 
-// SquidConf are the variables of the configs/squid.conf template (its
-// header lists them). DefaultSquidConf gives the gateway's defaults.
-type SquidConf struct {
+// Conf are the variables of the configs/squid.conf template (Template;
+// its header lists them): what Render fills in. DefaultConf gives the
+// gateway's defaults. Addresses are strings as Squid writes them: CIDR
+// prefixes, IP addresses, host:port.
+type Conf struct {
 	Listen          string   // Squid's port for pepd, host:port
 	ProxyProtocol   bool     // require-proxy-header (else X-Forwarded-For from Pepd)
 	Pepd            []string // pepd's source addresses, CIDR
@@ -22,13 +24,13 @@ type SquidConf struct {
 	AllowedPorts    []uint16 // destination ports
 	Forbidden       []string // refused destination ranges, CIDR
 	AllowDst        []string // exceptions to Forbidden, CIDR
-	CacheDir        string
-	CacheDirMB      int
-	CacheMemMB      int
-	LogDir          string
-	PidFile         string
-	User            string // cache_effective_user
-	ShutdownSeconds int
+	CacheDir        string   // cache_dir aufs folder (also coredump_dir)
+	CacheDirMB      int      // cache_dir size, MB
+	CacheMemMB      int      // cache_mem, MB
+	LogDir          string   // access.log and cache.log go here
+	PidFile         string   // pid_filename
+	User            string   // cache_effective_user (Squid switches to it when started as root)
+	ShutdownSeconds int      // shutdown_lifetime, seconds
 	// Peers are the cache array's members (docs/operations.md §6), each the
 	// host:port of its PeerListen, this gateway's own included, in the same
 	// order on every member. Empty: a single cache. With peers, Squid
@@ -67,7 +69,7 @@ type SquidConf struct {
 }
 
 // DefaultMemoryMaxObjectKB is maximum_object_size_in_memory when
-// SquidConf.MemoryMaxObjectKB is zero: 1 MB, the gateway's value before it
+// Conf.MemoryMaxObjectKB is zero: 1 MB, the gateway's value before it
 // was a setting (Squid's own default is 512 KB).
 const DefaultMemoryMaxObjectKB = 1024
 
@@ -80,9 +82,9 @@ var ForbiddenRanges = []string{
 	"224.0.0.0/4", "240.0.0.0/4", "ff00::/8", "64:ff9b:1::/48",
 }
 
-// DefaultSquidConf returns the gateway defaults for vip.
-func DefaultSquidConf(vip netip.Addr) SquidConf {
-	return SquidConf{
+// DefaultConf returns the gateway defaults for vip.
+func DefaultConf(vip netip.Addr) Conf {
+	return Conf{
 		Listen: "127.0.0.1:3128", ProxyProtocol: true,
 		Pepd: []string{"127.0.0.1/32"}, Subscribers: []string{"198.18.0.0/24"},
 		Resolvers: []string{"198.18.1.2"}, HostsFile: "none", AllowedPorts: []uint16{80},
@@ -93,42 +95,48 @@ func DefaultSquidConf(vip netip.Addr) SquidConf {
 	}
 }
 
-// RenderSquidConf executes the template text tmpl (configs/squid.conf)
-// with c and writes the result to w. Errors: a template error, or an empty
-// list where Squid needs at least one value.
-func RenderSquidConf(w io.Writer, tmpl string, c SquidConf) error {
+// Render executes the template text tmpl (configs/squid.conf, Template)
+// with c and writes the result to w: the same bytes for the same tmpl and
+// c (testdata/conf pins them). Errors, before anything is written: an
+// empty list where Squid needs at least one value (Pepd, Subscribers,
+// Resolvers, AllowedPorts, Forbidden), a negative MemoryMaxObjectKB, an
+// Optimizer, MemoryTier or peer that is not host:port, Peers without
+// PeerListen, a MemoryTier with Peers or MemoryOnly; then a template error
+// (a name tmpl uses that Conf lacks). Squid's directives:
+// https://www.squid-cache.org/Doc/config/.
+func Render(w io.Writer, tmpl string, c Conf) error {
 	for name, l := range map[string]int{"Pepd": len(c.Pepd), "Subscribers": len(c.Subscribers),
 		"Resolvers": len(c.Resolvers), "AllowedPorts": len(c.AllowedPorts), "Forbidden": len(c.Forbidden)} {
 		if l == 0 {
-			return fmt.Errorf("httpproxy: squid.conf: %s is empty", name)
+			return fmt.Errorf("squid: squid.conf: %s is empty", name)
 		}
 	}
 	if c.MemoryMaxObjectKB < 0 {
-		return fmt.Errorf("httpproxy: squid.conf: MemoryMaxObjectKB %d is negative", c.MemoryMaxObjectKB)
+		return fmt.Errorf("squid: squid.conf: MemoryMaxObjectKB %d is negative", c.MemoryMaxObjectKB)
 	}
 	if c.MemoryMaxObjectKB == 0 {
 		c.MemoryMaxObjectKB = DefaultMemoryMaxObjectKB
 	}
 	if c.Optimizer != "" {
 		if _, _, err := net.SplitHostPort(c.Optimizer); err != nil {
-			return fmt.Errorf("httpproxy: squid.conf: optimizer %q: %w", c.Optimizer, err)
+			return fmt.Errorf("squid: squid.conf: optimizer %q: %w", c.Optimizer, err)
 		}
 	}
 	if c.MemoryTier != "" {
 		if _, _, err := net.SplitHostPort(c.MemoryTier); err != nil {
-			return fmt.Errorf("httpproxy: squid.conf: memory tier %q: %w", c.MemoryTier, err)
+			return fmt.Errorf("squid: squid.conf: memory tier %q: %w", c.MemoryTier, err)
 		}
 		if len(c.Peers) > 0 || c.MemoryOnly {
-			return fmt.Errorf("httpproxy: squid.conf: a memory tier is not built for a CARP array member or for the tier itself")
+			return fmt.Errorf("squid: squid.conf: a memory tier is not built for a CARP array member or for the tier itself")
 		}
 	}
 	if len(c.Peers) > 0 {
 		if c.PeerListen == "" {
-			return fmt.Errorf("httpproxy: squid.conf: Peers without PeerListen")
+			return fmt.Errorf("squid: squid.conf: Peers without PeerListen")
 		}
 		for _, p := range c.Peers {
 			if _, _, err := net.SplitHostPort(p); err != nil {
-				return fmt.Errorf("httpproxy: squid.conf: peer %q: %w", p, err)
+				return fmt.Errorf("squid: squid.conf: peer %q: %w", p, err)
 			}
 		}
 	}
@@ -153,10 +161,10 @@ func RenderSquidConf(w io.Writer, tmpl string, c SquidConf) error {
 		},
 	}).Parse(tmpl)
 	if err != nil {
-		return fmt.Errorf("httpproxy: squid.conf template: %w", err)
+		return fmt.Errorf("squid: squid.conf template: %w", err)
 	}
 	if err := t.Execute(w, c); err != nil {
-		return fmt.Errorf("httpproxy: squid.conf template: %w", err)
+		return fmt.Errorf("squid: squid.conf template: %w", err)
 	}
 	return nil
 }
