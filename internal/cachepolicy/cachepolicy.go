@@ -17,8 +17,8 @@
 //     and its Ticket: the marks, and the hold that keeps a burst of
 //     requests for one first-seen URL behind the first, up to HoldMax);
 //   - the status interface of CacheKeeper (seed 000), status.go: Squid's
-//     cache manager pages read and summarised for pepctl cache and the
-//     admin API.
+//     cache manager pages (read by internal/squid's Manager) summarised
+//     for pepctl cache, the admin API and the pep_cache_* metrics.
 package cachepolicy
 
 import "strings"
