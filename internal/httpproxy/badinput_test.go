@@ -63,7 +63,7 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	for _, l := range sq.accessLog(t) {
+	for _, l := range sq.AccessLog(t) {
 		for _, bad := range []string{"private.test", "PURGE", "cache_object", "CONNECT"} {
 			if strings.Contains(l, bad) {
 				t.Errorf("a refused request reached Squid: %s", l)
@@ -220,7 +220,7 @@ func TestHostVerification(t *testing.T) {
 			}
 		})
 	}
-	for _, l := range sq.accessLog(t) {
+	for _, l := range sq.AccessLog(t) {
 		if strings.Contains(l, "elsewhere.test") {
 			t.Errorf("a mismatching Host reached Squid: %s", l)
 		}

@@ -317,7 +317,7 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			}
 			d := time.Duration(secs) * time.Second
 			self := os.Getpid()
-			squidPid := sq.cmd.Process.Pid // squid -N is one process (no master/kid), pinger disabled
+			squidPid := sq.Cmd.Process.Pid // squid -N is one process (no master/kid), pinger disabled
 			type phase struct {
 				n          int
 				squid, pep time.Duration

@@ -50,7 +50,7 @@ func cacheWorld(t *testing.T, admission, proxyProtocol bool) (*pepd, *squid, *or
 
 // diskFiles returns the object files in Squid's cache_dir (its swap.state
 // journal aside) and their contents.
-func (s *squid) diskFiles(t *testing.T) map[string]string {
+func diskFiles(t *testing.T, s *squid) map[string]string {
 	t.Helper()
 	files := map[string]string{}
 	filepath.WalkDir(filepath.Join(s.LogDir, "cache"), func(p string, d fs.DirEntry, err error) error {
@@ -150,7 +150,7 @@ func TestSecondHitAdmission(t *testing.T) {
 				if got := s.Requests - before.Requests; got != int64(i+1) {
 					t.Errorf("after request %d: Squid counted %d requests", i+1, got)
 				}
-				files := sq.diskFiles(t)
+				files := diskFiles(t, sq)
 				if int64(len(files)) != tc.swaps[i] {
 					t.Errorf("after request %d: %d files in the cache_dir, want %d: %v", i+1, len(files), tc.swaps[i], files)
 				}
@@ -239,7 +239,7 @@ func TestAdmissionCollapsing(t *testing.T) {
 	got := o.hitCount("img.cdn.test/click.png")
 	if got != 2 {
 		t.Errorf("the origin saw %d requests for 20 at once, want 2 (the first-seen one, and one the other 19 collapse on)", got)
-		for _, l := range sq.accessLog(t) {
+		for _, l := range sq.AccessLog(t) {
 			t.Log(l)
 		}
 	}
@@ -249,7 +249,7 @@ func TestAdmissionCollapsing(t *testing.T) {
 	}
 	if after := o.hitCount("img.cdn.test/click.png"); after != got {
 		t.Errorf("the 21st request reached the origin (%d requests, %d before): the burst did not store the object", after, got)
-		for _, l := range sq.accessLog(t) {
+		for _, l := range sq.AccessLog(t) {
 			t.Log(l)
 		}
 	}

@@ -284,14 +284,14 @@ func replayTrace(t *testing.T, c *corpus.Corpus, trace []traceSession, v traceVa
 	if err != nil {
 		t.Fatal(err)
 	}
-	wb0 := procWriteBytes(sq.cmd.Process.Pid)
+	wb0 := procWriteBytes(sq.Cmd.Process.Pid)
 	var tierBefore pepsquid.Stats
 	var twb0 int64
 	if tier != nil {
 		if tierBefore, err = tierMgr.Fetch(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		twb0 = procWriteBytes(tier.cmd.Process.Pid)
+		twb0 = procWriteBytes(tier.Cmd.Process.Pid)
 	}
 	sessions := make(chan traceSession)
 	var wg sync.WaitGroup
@@ -366,7 +366,7 @@ func replayTrace(t *testing.T, c *corpus.Corpus, trace []traceSession, v traceVa
 		}
 		last = after.SwapOuts
 	}
-	wb1 := procWriteBytes(sq.cmd.Process.Pid)
+	wb1 := procWriteBytes(sq.Cmd.Process.Pid)
 	res.requests, res.errors, res.clientBytes = requests.Load(), errs.Load(), bytes.Load()
 	res.originRequests, res.originSent = org.requests.Load(), org.sent.Load()
 	res.writeBytes = wb1 - wb0
@@ -386,7 +386,7 @@ func replayTrace(t *testing.T, c *corpus.Corpus, trace []traceSession, v traceVa
 		res.tier = pepsquid.Stats{Requests: ta.Requests - tierBefore.Requests, Hits: ta.Hits - tierBefore.Hits,
 			SentBytes: ta.SentBytes - tierBefore.SentBytes, HitSentBytes: ta.HitSentBytes - tierBefore.HitSentBytes,
 			SwapOuts: ta.SwapOuts - tierBefore.SwapOuts, MemObjects: ta.MemObjects, MemBytes: ta.MemBytes}
-		res.tierWriteBytes = procWriteBytes(tier.cmd.Process.Pid) - twb0
+		res.tierWriteBytes = procWriteBytes(tier.Cmd.Process.Pid) - twb0
 	}
 	if n := org.notFound.Load(); n > 0 {
 		t.Errorf("%s: the origin answered 404 %d times (a trace URL without its object)", res.admission, n)

@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,13 +30,11 @@ import (
 	"pep/internal/optimize"
 	"pep/internal/rewrite"
 	pepsquid "pep/internal/squid"
+	"pep/internal/squid/squidtest"
 	"pep/internal/testenv"
 )
 
 // testLogger returns a logger writing to t.
-
-// squidSeq numbers the Squids a test process starts (service names).
-var squidSeq atomic.Int32
 
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -176,13 +173,8 @@ func (o *origin) hitCount(key string) int {
 	return o.hits[key]
 }
 
-// squid is a real Squid started from configs/squid.conf.
-type squid struct {
-	Addr          string
-	LogDir        string
-	ProxyProtocol bool // its port wants a PROXY header (squid.Conf.ProxyProtocol)
-	cmd           *exec.Cmd
-}
+// squid is a real Squid started from configs/squid.conf (squidtest.Start).
+type squid = squidtest.Squid
 
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t testing.TB) string {
@@ -213,59 +205,7 @@ func startSquidExtra(t testing.TB, c pepsquid.Conf, extra string) *squid {
 // cache_mem of memMB megabytes.
 func startSquidSized(t testing.TB, c pepsquid.Conf, extra string, dirMB, memMB int) *squid {
 	t.Helper()
-	bin, err := exec.LookPath("squid")
-	if err != nil {
-		if bin, err = exec.LookPath("/usr/sbin/squid"); err != nil {
-			t.Skip("squid not installed (apt-get install -y squid)")
-		}
-	}
-	dir, err := os.MkdirTemp("", "pep-squid-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	c.Listen = "127.0.0.1:" + freePort(t)
-	c.CacheDir = filepath.Join(dir, "cache")
-	c.LogDir = dir
-	c.PidFile = filepath.Join(dir, "squid.pid")
-	c.CacheDirMB, c.CacheMemMB, c.ShutdownSeconds = dirMB, memMB, 0
-	if c.User == "" {
-		c.User = "proxy"
-	}
-	tmplPath, err := pepsquid.FindTemplate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := os.ReadFile(tmplPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf := filepath.Join(dir, "squid.conf")
-	if err := pepsquid.WriteConf(conf, string(tmpl), c, extra); err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o755) // Squid's user must get through to its folders
-	if err := pepsquid.MakeDirs(c, false); err != nil {
-		t.Fatal(err)
-	}
-	// A service name of its own: Squid's shared memory segments are named
-	// after it in /dev/shm, which other tests' Squids share.
-	service := pepsquid.Service(fmt.Sprintf("test%dx%d", os.Getpid(), squidSeq.Add(1)))
-	if out, err := exec.Command(bin, pepsquid.InitArgs(service, conf)...).CombinedOutput(); err != nil {
-		t.Fatalf("squid -z: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, pepsquid.RunArgs(service, conf)...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &squid{Addr: c.Listen, LogDir: dir, ProxyProtocol: c.ProxyProtocol, cmd: cmd}
-	// Readiness: Squid accepts on its port once it has finished starting.
-	startDaemon(t, "squid", cmd, s.Addr, func() string {
-		log, _ := os.ReadFile(filepath.Join(dir, "cache.log"))
-		return string(log)
-	})
-	return s
+	return squidtest.Start(t, c, extra, dirMB, memMB)
 }
 
 // startDaemon waits until cmd, already started, accepts on addr (30 s at
@@ -302,25 +242,16 @@ func startDaemon(t testing.TB, name string, cmd *exec.Cmd, addr string, logs fun
 	}
 }
 
-// accessLog returns Squid's access.log lines.
-func (s *squid) accessLog(t testing.TB) []string {
-	b, err := os.ReadFile(filepath.Join(s.LogDir, "access.log"))
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	return strings.Split(strings.TrimSpace(string(b)), "\n")
-}
-
 // accessLogWith waits up to 5 s for want lines of Squid's access log that
 // contain every one of subs and returns the lines that do (fewer than
 // want after 5 s). Squid writes a transaction's line through stdio after
 // the response's last byte, which the client may have read first: on a
 // loaded machine the line comes later.
-func (s *squid) accessLogWith(t testing.TB, want int, subs ...string) []string {
+func accessLogWith(t testing.TB, s *squid, want int, subs ...string) []string {
 	for deadline := time.Now().Add(testenv.Scale(5 * time.Second)); ; time.Sleep(20 * time.Millisecond) {
 		var got []string
 	lines:
-		for _, l := range s.accessLog(t) {
+		for _, l := range s.AccessLog(t) {
 			for _, sub := range subs {
 				if !strings.Contains(l, sub) {
 					continue lines

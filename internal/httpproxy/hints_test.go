@@ -204,9 +204,9 @@ func TestHintsFetchAhead(t *testing.T) {
 	if n := o.hitCount("img.cdn.test/ahead.png"); n != 2 {
 		t.Errorf("origin saw ahead.png %d times after the browser's request, want 2 (a Squid hit)", n)
 	}
-	lines := sq.accessLogWith(t, 1, "127.0.0.14", "ahead.png", "HIT")
+	lines := accessLogWith(t, sq, 1, "127.0.0.14", "ahead.png", "HIT")
 	var mine []string
-	for _, l := range sq.accessLog(t) {
+	for _, l := range sq.AccessLog(t) {
 		if strings.Contains(l, "ahead.png") && strings.Contains(l, " 127.0.0.14 ") {
 			mine = append(mine, l)
 		}

@@ -115,7 +115,7 @@ func TestURLModeThroughSquid(t *testing.T) {
 				if try > 0 {
 					time.Sleep(20 * time.Millisecond)
 				}
-				lines, hits = sq.accessLog(t), 0
+				lines, hits = sq.AccessLog(t), 0
 				for _, l := range lines {
 					if f := strings.Fields(l); len(f) >= 7 && strings.Contains(f[3], "HIT") {
 						hits++

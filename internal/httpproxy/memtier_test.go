@@ -29,7 +29,7 @@ func TestMemoryTier(t *testing.T) {
 	tc.MemoryOnly, tc.ProxyProtocol = true, false
 	tc.Pepd, tc.Subscribers = []string{"127.0.0.1/32"}, []string{"127.0.0.1/32"}
 	tier := startSquid(t, tc)
-	if files := tier.diskFiles(t); len(files) != 0 {
+	if files := diskFiles(t, tier); len(files) != 0 {
 		t.Fatalf("the memory tier has a cache_dir with files: %v", files)
 	}
 	dc := base()
@@ -76,7 +76,7 @@ func TestMemoryTier(t *testing.T) {
 				t.Errorf("after request %d: %s %d, want %d", i+1, c.what, c.got, c.want)
 			}
 		}
-		if files := disk.diskFiles(t); int64(len(files)) != want.swaps {
+		if files := diskFiles(t, disk); int64(len(files)) != want.swaps {
 			t.Errorf("after request %d: %d files in the disk Squid's cache_dir, want %d", i+1, len(files), want.swaps)
 		}
 	}

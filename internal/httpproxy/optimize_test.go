@@ -375,7 +375,7 @@ func TestOptimizerThroughSquid(t *testing.T) {
 		if got := transforms(); got != before {
 			t.Errorf("a revalidated object was transcoded again (%v -> %v)", before, got)
 		}
-		unmodified := len(w.sq.accessLogWith(t, 2, "TCP_REFRESH_UNMODIFIED", "/stale.png"))
+		unmodified := len(accessLogWith(t, w.sq, 2, "TCP_REFRESH_UNMODIFIED", "/stale.png"))
 		if unmodified != 2 {
 			t.Errorf("%d TCP_REFRESH_UNMODIFIED in access.log, want 2", unmodified)
 		}
@@ -591,7 +591,7 @@ func BenchmarkOptimizerCachedCPU(b *testing.B) {
 	if s, err := strconv.Atoi(os.Getenv("PEP_BENCH_SECONDS")); err == nil && s > 0 {
 		secs = s
 	}
-	squidPid, self := w.sq.cmd.Process.Pid, os.Getpid()
+	squidPid, self := w.sq.Cmd.Process.Pid, os.Getpid()
 	// photo.jpg: on serves the cached WebP variant; corrupt.jpg: on and off
 	// serve the same original bytes (the transform is skipped), so the
 	// difference is the optimizer's whole overhead on a hit (the mark, the

@@ -120,7 +120,7 @@ func TestSoak(t *testing.T) {
 	sc := siteSquidConf(t, ns, siteRecords, s.port)
 	sc.ProxyProtocol = true
 	sq := startSquidExtra(t, sc, fmt.Sprintf("max_filedescriptors %d\n", min(rl.Cur, uint64(s.conns+4096))))
-	s.squidPID = sq.cmd.Process.Pid
+	s.squidPID = sq.Cmd.Process.Pid
 	quiet := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s.p = startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL, log: quiet,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, s.port},

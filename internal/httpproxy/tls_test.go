@@ -189,9 +189,9 @@ func TestTLSOrigin(t *testing.T) {
 			t.Errorf("origin saw %s %d times, want 1 (the rest from Squid's cache)", k, n)
 		}
 	}
-	lines := sq.accessLogWith(t, 5, "HIT", "127.0.0.9")
+	lines := accessLogWith(t, sq, 5, "HIT", "127.0.0.9")
 	if len(lines) < 5 {
-		t.Errorf("access.log has %d hits from the subscriber 127.0.0.9, want at least 5:\n%s", len(lines), strings.Join(sq.accessLog(t), "\n"))
+		t.Errorf("access.log has %d hits from the subscriber 127.0.0.9, want at least 5:\n%s", len(lines), strings.Join(sq.AccessLog(t), "\n"))
 	}
 }
 

@@ -74,8 +74,8 @@ func TestUpstreamPool(t *testing.T) {
 	if got := dials() - before; got != 2 {
 		t.Errorf("another subscriber: %v connections to Squid in all, want 2", got)
 	}
-	if len(sq.accessLogWith(t, 1, " 127.0.0.10 ")) == 0 {
-		log := sq.accessLog(t)
+	if len(accessLogWith(t, sq, 1, " 127.0.0.10 ")) == 0 {
+		log := sq.AccessLog(t)
 		t.Errorf("Squid logged no request from the other subscriber (PROXY protocol); last line %q", log[len(log)-1])
 	}
 	// The relay gives a connection back just after the response's last
