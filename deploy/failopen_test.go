@@ -375,11 +375,7 @@ func startSquidWith(t *testing.T, gw *netNS, service string, mod func(*squid.Con
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
-	tmplPath, err := squid.FindTemplate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := os.ReadFile(tmplPath)
+	tmpl, _, err := squid.ReadTemplate()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +388,7 @@ func startSquidWith(t *testing.T, gw *netNS, service string, mod func(*squid.Con
 		mod(&c)
 	}
 	conf := filepath.Join(dir, "squid.conf")
-	if err := squid.WriteConf(conf, string(tmpl), c, ""); err != nil {
+	if err := squid.WriteConf(conf, tmpl, c, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := squid.MakeDirs(c, false); err != nil {

@@ -68,7 +68,7 @@
 // The same steps start every Squid that is not the gateway's systemd
 // unit (the tests of internal/httpproxy and deploy, the testbed), each
 // wrapping the commands its own way (in a network namespace or not):
-// FindTemplate finds configs/squid.conf, WriteConf renders it to a file,
+// ReadTemplate finds and reads configs/squid.conf, WriteConf renders it to a file,
 // MakeDirs makes the cache and log folders Squid's user can write,
 // `squid` with InitArgs builds the cache and with RunArgs runs Squid in
 // the foreground, under a Service name of its own. Squid is ready when

@@ -13,11 +13,24 @@ import (
 // root: the text Render executes.
 const Template = "configs/squid.conf"
 
-// FindTemplate returns the path of Template, looked for from the working
-// folder up, then from the running executable's folder up (bin/testbed in
-// a checkout; a test binary runs in its package's folder). Error: no
-// folder on either way up holds it.
-func FindTemplate() (string, error) {
+// ReadTemplate finds Template from the working folder up, then from the
+// running executable's folder up (bin/testbed in a checkout; a test binary
+// runs in its package's folder), and returns its text and path. Errors: no
+// folder on either way up holds it, or it cannot be read.
+func ReadTemplate() (tmpl, path string, err error) {
+	path, err = findTemplate()
+	if err != nil {
+		return "", "", err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", fmt.Errorf("squid: %w", err)
+	}
+	return string(b), path, nil
+}
+
+// findTemplate returns the path of Template (ReadTemplate).
+func findTemplate() (string, error) {
 	wd, _ := os.Getwd()
 	starts := []string{wd}
 	if exe, err := os.Executable(); err == nil {

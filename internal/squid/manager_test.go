@@ -125,4 +125,3 @@ func TestManager(t *testing.T) {
 		t.Errorf("Fetch without the PROXY header Squid requires: %v, want a cache manager error", err)
 	}
 }
-

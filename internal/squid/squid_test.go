@@ -66,22 +66,24 @@ func TestService(t *testing.T) {
 	}
 }
 
-// TestFiles: FindTemplate finds the repository's template, WriteConf
+// TestFiles: ReadTemplate finds the repository's template, WriteConf
 // writes Render's bytes and extra, MakeDirs empties the cache when fresh
 // and gives the folders to the user as root.
 func TestFiles(t *testing.T) {
-	p, err := FindTemplate()
+	tmpl, p, err := ReadTemplate()
 	if err != nil {
 		t.Fatal(err)
 	}
 	abs, _ := filepath.Abs(filepath.Join("..", "..", Template))
 	if p != abs {
-		t.Errorf("FindTemplate = %q, want %q", p, abs)
+		t.Errorf("ReadTemplate's path %q, want %q", p, abs)
 	}
-	tmpl, _ := os.ReadFile(p)
+	if b, _ := os.ReadFile(abs); tmpl != string(b) || !strings.HasPrefix(tmpl, "# Squid 5.x") {
+		t.Errorf("ReadTemplate's text is not %s's", abs)
+	}
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "squid.conf")
-	if err := WriteConf(conf, string(tmpl), DefaultConf(netip.MustParseAddr("192.0.2.12")), "http_port 3130 intercept\n"); err != nil {
+	if err := WriteConf(conf, tmpl, DefaultConf(netip.MustParseAddr("192.0.2.12")), "http_port 3130 intercept\n"); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(conf)
@@ -91,7 +93,7 @@ func TestFiles(t *testing.T) {
 	}
 	bad := DefaultConf(netip.MustParseAddr("192.0.2.12"))
 	bad.Resolvers = nil
-	if err := WriteConf(filepath.Join(dir, "bad.conf"), string(tmpl), bad, ""); err == nil {
+	if err := WriteConf(filepath.Join(dir, "bad.conf"), tmpl, bad, ""); err == nil {
 		t.Error("WriteConf without resolvers: no error")
 	} else if _, err := os.Stat(filepath.Join(dir, "bad.conf")); err == nil {
 		t.Error("WriteConf wrote a file for a configuration Render refused")

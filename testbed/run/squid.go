@@ -47,13 +47,9 @@ func newSquid(b *Bed, o squidOptions) (*squid, error) {
 	if _, err := exec.LookPath("squid"); err != nil {
 		return nil, fmt.Errorf("run: squid: %w (apt-get install -y squid)", err)
 	}
-	tmplPath, err := pepsquid.FindTemplate()
+	tmpl, tmplPath, err := pepsquid.ReadTemplate()
 	if err != nil {
 		return nil, err
-	}
-	tmpl, err := os.ReadFile(tmplPath)
-	if err != nil {
-		return nil, fmt.Errorf("run: %w", err)
 	}
 	s := &squid{b: b, dir: filepath.Join(b.work, "squid"), service: pepsquid.Service(b.Topo.Config.Prefix)}
 	for _, d := range []string{s.dir, filepath.Join(s.dir, "logs")} {
@@ -81,7 +77,7 @@ func newSquid(b *Bed, o squidOptions) (*squid, error) {
 		extra = fmt.Sprintf("\n# make cache-tests: subscribers' port 80, redirected by gw's nftables\nhttp_port %d intercept\n", o.interceptPort)
 	}
 	s.conf, s.c = filepath.Join(s.dir, "squid.conf"), c
-	if err := pepsquid.WriteConf(s.conf, string(tmpl), c, extra); err != nil {
+	if err := pepsquid.WriteConf(s.conf, tmpl, c, extra); err != nil {
 		return nil, err
 	}
 	if err := pepsquid.MakeDirs(c, false); err != nil {

@@ -7,6 +7,7 @@
 package squidtest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -69,16 +70,12 @@ func Start(t testing.TB, c squid.Conf, extra string, dirMB, memMB int) *Squid {
 	if c.User == "" {
 		c.User = "proxy"
 	}
-	tmplPath, err := squid.FindTemplate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := os.ReadFile(tmplPath)
+	tmpl, _, err := squid.ReadTemplate()
 	if err != nil {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(dir, "squid.conf")
-	if err := squid.WriteConf(conf, string(tmpl), c, extra); err != nil {
+	if err := squid.WriteConf(conf, tmpl, c, extra); err != nil {
 		t.Fatal(err)
 	}
 	if err := squid.MakeDirs(c, false); err != nil {
@@ -90,22 +87,20 @@ func Start(t testing.TB, c squid.Conf, extra string, dirMB, memMB int) *Squid {
 	if out, err := exec.Command(bin, squid.InitArgs(service, conf)...).CombinedOutput(); err != nil {
 		t.Fatalf("squid -z: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, squid.RunArgs(service, conf)...)
+	// Stopped when t ends: SIGINT, SIGKILL 10 s later (os/exec's Cancel
+	// and WaitDelay).
+	ctx, stop := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, squid.RunArgs(service, conf)...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 10 * time.Second
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
+		stop()
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
+	t.Cleanup(func() { stop(); <-exited })
 	s := &Squid{Addr: c.Listen, LogDir: dir, ProxyProtocol: c.ProxyProtocol, Cmd: cmd}
 	// Squid has no readiness signal: it accepts on its port once it has
 	// finished starting.
