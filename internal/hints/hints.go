@@ -208,9 +208,14 @@ var volatileParams = map[string]bool{"_": true, "t": true, "ts": true, "timestam
 // and any value of ten or more digits: a timestamp or a random number).
 // The fragment is dropped. "" when raw does not parse as an absolute http
 // URL.
-func PageKey(raw string) string {
+func PageKey(raw string) string { return pageKey(raw, false) }
+
+// pageKey is PageKey, for an https URL too when https is set (a document
+// on one of Options.Origins: pepd's own VIP origin, where HTTP/2 and 103
+// Early Hints reach the browser).
+func pageKey(raw string, https bool) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
+	if err != nil || u.Host == "" || u.Scheme != "http" && !(https && u.Scheme == "https") {
 		return ""
 	}
 	q := u.Query()
@@ -227,7 +232,7 @@ func PageKey(raw string) string {
 		}
 	}
 	sort.Strings(keep)
-	key := "http://" + strings.ToLower(u.Host) + u.EscapedPath()
+	key := u.Scheme + "://" + strings.ToLower(u.Host) + u.EscapedPath()
 	if len(keep) > 0 {
 		key += "?" + strings.Join(keep, "&")
 	}
@@ -249,12 +254,12 @@ func longDigits(v string) bool {
 // Document starts sub's load of the document docURL at now and returns the
 // hints for it (nil when the page has too few loads, none qualifies, or
 // private is set). docURL is the URL the browser navigated to (absolute
-// http). A private load (CK-Private) ends sub's previous load and is
-// neither learned nor hinted.
+// http, or https on one of Options.Origins). A private load (CK-Private)
+// ends sub's previous load and is neither learned nor hinted.
 func (l *Learner) Document(sub netip.Addr, docURL string, private bool, now time.Time) []Hint {
-	key := PageKey(docURL)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	key := pageKey(docURL, l.own(docURL))
 	l.expire(now)
 	if old := l.loads[sub]; old != nil {
 		l.end(old)
@@ -416,11 +421,17 @@ func (l *Learner) expire(now time.Time) {
 	}
 }
 
-// Reset forgets every page and load in progress (the admin API's DELETE
-// /hints; the testbed before a teaching pass); the counters stay.
+// Reset ends every load in progress (its hinted URLs are counted used or
+// unused, as when its window passes) and then forgets every page (the
+// admin API's DELETE /hints; the testbed before a teaching pass and after
+// a measured session, so that its last load is counted); the counters
+// stay.
 func (l *Learner) Reset() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for e := l.order.Front(); e != nil; e = l.order.Front() {
+		l.end(e.Value.(*load))
+	}
 	l.pages, l.lru = map[string]*list.Element{}, list.New()
 	l.loads, l.order = map[netip.Addr]*load{}, list.New()
 }

@@ -304,3 +304,41 @@ func TestInLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnHTTPSDocument: a document on one of Options.Origins (a VIP-path
+// https URL, the one document pepd serves over HTTP/2) is a page of its
+// own and gets hints; an https document elsewhere is never learned.
+func TestOwnHTTPSDocument(t *testing.T) {
+	l := New(Options{Origins: []string{"https://192.0.2.12"}})
+	dep := [2]string{"https://192.0.2.12/cdn.site.test/a.css", "text/css"}
+	for _, c := range []struct {
+		doc  string
+		want int
+	}{{"https://192.0.2.12/www.site.test/", 1}, {"https://www.site.test/", 0}} {
+		loadPage(l, sub1, c.doc, t0, dep)
+		if hs := loadPage(l, sub2, c.doc, t0.Add(time.Minute), dep); len(hs) != c.want {
+			t.Errorf("%s: second load's hints %v, want %d", c.doc, urls(hs), c.want)
+		}
+	}
+}
+
+// TestResetEndsLoads: Reset counts the hints of the loads in progress as
+// used or unused (the testbed's DELETE /hints after a session counts its
+// last load) and then forgets every page.
+func TestResetEndsLoads(t *testing.T) {
+	l := New(Options{})
+	doc := "http://www.site.test/"
+	deps := [][2]string{{"http://cdn.site.test/a.css", "text/css"}, {"http://cdn.site.test/b.png", "image/png"}}
+	loadPage(l, sub1, doc, t0, deps...)
+	if hs := loadPage(l, sub2, doc, t0.Add(time.Minute), deps[0]); len(hs) != 2 {
+		t.Fatalf("second load's hints %v, want 2", urls(hs))
+	}
+	l.Reset()
+	c := l.Counts()
+	if c.Used != 1 || c.Unused != 1 || c.UnusedBytes != 2000 || c.Pages != 0 {
+		t.Errorf("after Reset: %+v, want used 1, unused 1 of 2000 bytes, no page", c)
+	}
+	if hs := loadPage(l, sub1, doc, t0.Add(2*time.Minute), deps...); hs != nil {
+		t.Errorf("hints after Reset: %v", urls(hs))
+	}
+}

@@ -29,6 +29,9 @@ var PrefetchOutcomes = []string{"hit", "miss", "error", "busy"}
 type Metrics struct {
 	// Prefetches counts fetches ahead by outcome (PrefetchOutcomes).
 	Prefetches *prometheus.CounterVec
+	// EarlyHints counts 103 Early Hints responses sent (documents with
+	// hints requested over HTTP/2, internal/httpproxy).
+	EarlyHints prometheus.Counter
 }
 
 // Register registers the hints' series with reg, every one present from
@@ -46,6 +49,7 @@ type Metrics struct {
 //	pep_hints_entries                  subresource entries remembered
 //	pep_hints_evicted_total            pages evicted for max_pages
 //	pep_hints_prefetches_total{outcome} fetches ahead by outcome
+//	pep_hints_early_total              103 Early Hints responses sent (HTTP/2)
 //
 // Loads whose window has passed are ended (Flush) at each scrape, so that
 // used and unused are current within one scrape. The error is a
@@ -58,11 +62,15 @@ func Register(reg prometheus.Registerer, l *Learner, sw *Switch) (*Metrics, erro
 	m := &Metrics{Prefetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "pep", Subsystem: "hints", Name: "prefetches_total",
 		Help: "Fetches ahead of hinted URLs through Squid, by outcome: hit, miss, error, busy (not made: a bound was reached).",
-	}, []string{"outcome"})}
+	}, []string{"outcome"}),
+		EarlyHints: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "pep", Subsystem: "hints", Name: "early_total",
+			Help: "103 Early Hints responses sent ahead of documents with hints requested over HTTP/2.",
+		})}
 	for _, o := range PrefetchOutcomes {
 		m.Prefetches.WithLabelValues(o)
 	}
-	cs := []prometheus.Collector{m.Prefetches,
+	cs := []prometheus.Collector{m.Prefetches, m.EarlyHints,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "hints", Name: "enabled",
 			Help: "The hints switch: 1 on, 0 off."}, func() float64 {
 			if sw.On() {

@@ -66,10 +66,11 @@ func acceptsHTML(accept string) bool { return strings.Contains(accept, "text/htm
 // Squid. scheme ("http", or "https" on pepd's own TLS origin), host and
 // requestURI are the Host value and the request target as
 // the browser sent them (VIP form for a VIP-path request). A GET
-// navigation (Accept names text/html) that is not a VIP-path request and
-// not a frame of the subscriber's load in progress starts a load
-// (Learner.Document); its hints are kept for hintResponse and fetched
-// ahead.
+// navigation (Accept names text/html) that is not a frame of the
+// subscriber's load in progress starts a load (Learner.Document); its
+// hints are kept for hintResponse and fetched ahead. A navigation to a
+// VIP-path URL counts as any other: over TLS it is the one document
+// request that can come over HTTP/2 (earlyHints).
 func (p *Proxy) hintRequest(ri *reqInfo, method, scheme, host, requestURI, referer, accept, acceptEncoding, ua string, private bool) {
 	h := p.hints
 	if h == nil || !h.Switch.On() {
@@ -77,7 +78,7 @@ func (p *Proxy) hintRequest(ri *reqInfo, method, scheme, host, requestURI, refer
 	}
 	hr := &ri.hint
 	*hr = hintReq{on: true, url: scheme + "://" + host + requestURI, referer: referer, private: private}
-	if method != http.MethodGet || ri.kind == kindVIPPath || !acceptsHTML(accept) {
+	if method != http.MethodGet || !acceptsHTML(accept) {
 		return
 	}
 	now := time.Now()
@@ -105,11 +106,7 @@ func (p *Proxy) hintResponse(ri *reqInfo, status int, contentType, cacheControl 
 		if status != http.StatusOK || !strings.EqualFold(strings.TrimSpace(ct), "text/html") || len(hr.hints) == 0 {
 			return nil
 		}
-		links := make([]string, len(hr.hints))
-		for i, x := range hr.hints {
-			links[i] = x.Link()
-		}
-		return links
+		return hintLinks(hr.hints)
 	}
 	if status < 200 || status >= 300 {
 		return nil
@@ -117,6 +114,59 @@ func (p *Proxy) hintResponse(ri *reqInfo, status int, contentType, cacheControl 
 	cacheable := !hr.private && !noStore(cacheControl)
 	p.hints.Learner.Subresource(ri.src.Addr(), hr.url, hr.referer, contentType, max(bytes, 0), cacheable, time.Now())
 	return nil
+}
+
+// hintLinks formats hs as Link field values, one per hint.
+func hintLinks(hs []hints.Hint) []string {
+	links := make([]string, len(hs))
+	for i, x := range hs {
+		links[i] = x.Link()
+	}
+	return links
+}
+
+// earlyHints sends the load's hints as a 103 Early Hints response (RFC
+// 8297) when the request is a navigation that started a load with hints
+// and came over HTTP/2 (proto is the request's major version): called
+// before the request goes to Squid, so that the browser can start its
+// preloads while pepd waits for the document. Chromium acts on 103 only
+// for top-level navigations over HTTP/2 or later, and over HTTP/1.1 a
+// 1xx can confuse an intermediary, so HTTP/1.x gets the Link fields on
+// the final response only (hintResponse). The final response carries
+// the same Link fields again: a browser that ignored the 103 still
+// preloads. In pepd only the VIP's own https origin speaks HTTP/2
+// (Server.ServeTLS), so only a navigation to a VIP-path https URL gets
+// one (see the README's "Dependency hints").
+func (p *Proxy) earlyHints(ri *reqInfo, proto int) {
+	hr := &ri.hint
+	if proto < 2 || !hr.doc || len(hr.hints) == 0 {
+		return
+	}
+	fw, ok := ri.w.(*flushLockWriter)
+	if !ok {
+		return
+	}
+	w := fw.ResponseWriter
+	if cw, ok := w.(*closingWriter); ok {
+		w = cw.ResponseWriter // no Connection field on a 103
+	}
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	h := w.Header()
+	saved := h["Link"]
+	h["Link"] = hintLinks(hr.hints)
+	// net/http writes a 1xx head with the header map at this moment
+	// (HTTP/2: one HEADERS frame, written before WriteHeader returns)
+	// and keeps the map for the final response.
+	w.WriteHeader(http.StatusEarlyHints)
+	if saved == nil {
+		delete(h, "Link")
+	} else {
+		h["Link"] = saved
+	}
+	if p.hints.Metrics != nil {
+		p.hints.Metrics.EarlyHints.Inc()
+	}
 }
 
 // noStore reports a Cache-Control value that forbids a shared cache to

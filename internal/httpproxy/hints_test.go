@@ -1,12 +1,18 @@
 package httpproxy
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,5 +290,129 @@ func BenchmarkHintsCPU(b *testing.B) {
 			cpu1, _ := cputime.Of(os.Getpid())
 			b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "cpu-µs/load")
 		})
+	}
+}
+
+// TestEarlyHintsHTTP2: a navigation to a VIP-path https URL (the one
+// document request that reaches pepd over HTTP/2: the VIP's own TLS
+// origin) whose page has hints gets them as a 103 Early Hints response
+// before the final response, while the origin still holds the document
+// (so before Squid's round trip ends), and as Link fields on the final
+// response too; one 103 only. Over HTTP/1.1 on TLS there is no 103 (the
+// Link fields come on the final response); a CK-Private subscriber gets
+// neither.
+func TestEarlyHintsHTTP2(t *testing.T) {
+	var hold atomic.Pointer[chan struct{}]
+	pages := maps.Clone(hintPages)
+	pages["www.site.test/early.html"] = page{ctype: "text/html", header: map[string]string{"Cache-Control": "no-store"},
+		body: `<html><link rel="stylesheet" href="http://static.other.test:PORT/hint.css"></html>`,
+		wait: func() {
+			if c := hold.Load(); c != nil {
+				<-*c
+			}
+		}}
+	ns := startDNS(t, siteRecords)
+	o := startOrigin(t, originIP, pages)
+	port := o.Addr.Port()
+	sc := siteSquidConf(t, ns, siteRecords, port)
+	sc.ProxyProtocol = true
+	sq := startSquid(t, sc)
+	vipOrigin := "https://" + testVIP.String()
+	l := hints.New(hints.Options{LoadWindow: time.Second, Origins: []string{vipOrigin}})
+	sw := hints.NewSwitch(true)
+	m, err := hints.Register(prometheus.NewRegistry(), l, sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Hints{Learner: l, Switch: sw, Metrics: m}
+	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port},
+		origins: []string{vipOrigin}, vipNames: []string{"vip.test"}, hints: h})
+	f := startTLSFront(t, p)
+	vip := func(host, path string) string { return vipOrigin + "/" + host + ":" + o.Port + path }
+	doc, css := vip("www.site.test", "/early.html"), vip("static.other.test", "/hint.css")
+	font, bg := vip("static.other.test", "/font.woff2"), vip("img.cdn.test", "/hint-bg.png")
+	want := []string{"<" + css + ">; rel=preload; as=style", "<" + font + ">; rel=preload; as=font; crossorigin",
+		"<" + bg + ">; rel=preload; as=image"}
+
+	// Teaching load over HTTP/2.
+	c := f.client("127.0.0.9", "h2")
+	fetch(t, c, doc, navAccept, "", "Mozilla/5.0")
+	fetch(t, c, css, "text/css,*/*;q=0.1", doc, "Mozilla/5.0")
+	fetch(t, c, font, "*/*", css, "Mozilla/5.0")
+	fetch(t, c, bg, "image/avif,image/webp,*/*;q=0.8", css, "Mozilla/5.0")
+	waitLoads(t, l, 1)
+
+	// navigate requests doc with the client c, the origin holding the
+	// document until the first 1xx arrived (or holdFor), and returns the 1xx codes with their Link fields and the final
+	// response's proto and Link fields.
+	type info struct {
+		code  int
+		links []string
+	}
+	navigate := func(c *http.Client, ua string, holdFor time.Duration) (early []info, proto string, final []string) {
+		t.Helper()
+		gate := make(chan struct{})
+		hold.Store(&gate)
+		defer hold.Store(nil)
+		got := make(chan struct{}, 1)
+		var mu sync.Mutex
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, hdr textproto.MIMEHeader) error {
+			mu.Lock()
+			early = append(early, info{code, hdr.Values("Link")})
+			mu.Unlock()
+			select {
+			case got <- struct{}{}:
+			default:
+			}
+			return nil
+		}}
+		go func() {
+			select {
+			case <-got:
+			case <-time.After(holdFor):
+			}
+			close(gate)
+		}()
+		r, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", doc, nil)
+		r.Header.Set("Accept", navAccept)
+		r.Header.Set("User-Agent", ua)
+		resp, err := c.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %s", doc, resp.Status)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return early, resp.Proto, resp.Header.Values("Link")
+	}
+	early, proto, final := navigate(f.client("127.0.0.10", "h2"), "Mozilla/5.0", testenv.Scale(5*time.Second))
+	if proto != "HTTP/2.0" {
+		t.Fatalf("proto %s, want HTTP/2.0", proto)
+	}
+	if len(early) != 1 || early[0].code != http.StatusEarlyHints || !slices.Equal(early[0].links, want) {
+		t.Fatalf("1xx responses before the document: %+v, want one 103 with\n%s", early, strings.Join(want, "\n"))
+	}
+	if !slices.Equal(final, want) {
+		t.Errorf("final response's Link fields:\n%s\nwant:\n%s", strings.Join(final, "\n"), strings.Join(want, "\n"))
+	}
+	if n := testutil.ToFloat64(m.EarlyHints); n != 1 {
+		t.Errorf("pep_hints_early_total %v, want 1", n)
+	}
+
+	early, proto, final = navigate(f.client("127.0.0.11", "http/1.1"), "Mozilla/5.0", 300*time.Millisecond)
+	if proto != "HTTP/1.1" || len(early) != 0 || !slices.Equal(final, want) {
+		t.Errorf("HTTP/1.1 over TLS: proto %s, 1xx %+v, final Link %q; want HTTP/1.1, no 1xx, the 3 Link fields", proto, early, final)
+	}
+	early, _, final = navigate(f.client("127.0.0.12", "h2"), "Mozilla/5.0 CK-Private", 300*time.Millisecond)
+	if len(early) != 0 || final != nil {
+		t.Errorf("CK-Private over HTTP/2: 1xx %+v, final Link %q; want none", early, final)
+	}
+	if n := testutil.ToFloat64(m.EarlyHints); n != 1 {
+		t.Errorf("pep_hints_early_total %v after HTTP/1.1 and CK-Private, want 1", n)
 	}
 }

@@ -438,6 +438,7 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 		}
 		p.hintRequest(ri, pr.In.Method, scheme, pr.In.Host, pr.In.RequestURI, in.Get("Referer"), in.Get("Accept"),
 			in.Get("Accept-Encoding"), in.Get("User-Agent"), private)
+		p.earlyHints(ri, pr.In.ProtoMajor)
 	}
 	delete(pr.Out.Header, optimize.MarkHeader)
 	if !ri.direct.IsValid() && p.opt.Mark(pr.In.Method, ri.target.Hostname(), pr.In.Header.Get("Range") != "",
