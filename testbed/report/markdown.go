@@ -88,6 +88,7 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 		if tv, ok := times[p.Name]; ok {
 			writeTimes(&b, v, tv)
 		}
+		writeHints(&b, v, r, times[p.Name])
 		writeFailures(&b, v, r)
 		if names := plots[p.Name]; len(names) > 0 {
 			for _, n := range names {

@@ -89,6 +89,21 @@ type Record struct {
 	// HAR is the load's HAR file (package har), relative to the folder
 	// of results.json; "" when none was written.
 	HAR string `json:"har,omitempty"`
+
+	// Dependency hints, +hints modes only (pepd's pep_hints_* counters,
+	// read after each load and, for the session's last load, after
+	// DELETE /hints ended it): HintsSent is the Link preload hints pepd
+	// put on this load's document; HintsUsed and HintsUnused count its
+	// hinted URLs that the subscriber then requested from pepd during
+	// the load or not (a browser's preload request counts as a request),
+	// HintsUnusedBytes the unused ones' sizes as pepd last saw them.
+	// pepd counts a load's hints when the load ends (the next document
+	// from the subscriber, or 30 s after it), so each figure is read
+	// with the next load's and credited to this one.
+	HintsSent        int   `json:"hints_sent,omitempty"`
+	HintsUsed        int   `json:"hints_used,omitempty"`
+	HintsUnused      int   `json:"hints_unused,omitempty"`
+	HintsUnusedBytes int64 `json:"hints_unused_bytes,omitempty"`
 }
 
 // ProfileInfo is what the report needs of a link profile.

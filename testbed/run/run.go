@@ -456,6 +456,12 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 	defer b.Close()
 	vip := bed.Topo.Config.VIP
 	var recs []report.Record
+	var tally *hintTally
+	if HasHints(m) {
+		if tally, err = bed.pep.startHints(); err != nil {
+			return nil, "", err
+		}
+	}
 	for seq, pg := range e.corp.Pages {
 		e.step(s, pg)
 		bed.Link.ResetCounters()
@@ -472,9 +478,17 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 		r.Origin404 = int(st.Misses)
 		r.Scheme, r.Shards, r.VIPProto = scheme, shards, vipProto(p.Protocols, vip.String())
 		recs = append(recs, r)
+		if tally != nil {
+			if err := tally.afterLoad(recs); err != nil {
+				return recs, b.UserAgent(), err
+			}
+		}
 	}
-	if HasHints(m) {
+	if tally != nil {
 		bed.pep.logHints(s.logWith(bed.log))
+		if err := tally.endSession(recs); err != nil {
+			return recs, b.UserAgent(), err
+		}
 	}
 	return recs, b.UserAgent(), nil
 }

@@ -1,0 +1,89 @@
+package run
+
+// Dependency hints' figures per load (-hints on): pepd's pep_hints_*
+// counters credited to the session's records.
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"pep/testbed/report"
+)
+
+// hintCounts are pepd's pep_hints_* counters that the report needs.
+type hintCounts struct{ sent, used, unused, unusedBytes float64 }
+
+// hintCounts reads pepd's hint counters from its /metrics.
+func (p *pep) hintCounts() (hintCounts, error) {
+	m, err := p.adminPath(http.MethodGet, "/metrics", "")
+	if err != nil {
+		return hintCounts{}, fmt.Errorf("run: reading pepd's hint counters: %w", err)
+	}
+	var c hintCounts
+	for _, l := range strings.Split(m, "\n") {
+		name, v, _ := strings.Cut(l, " ")
+		dst := map[string]*float64{"pep_hints_sent_total": &c.sent, "pep_hints_used_total": &c.used,
+			"pep_hints_unused_total": &c.unused, "pep_hints_unused_bytes_total": &c.unusedBytes}[name]
+		if dst == nil {
+			continue
+		}
+		if *dst, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+			return hintCounts{}, fmt.Errorf("run: pepd's metrics: %s %q: %w", name, v, err)
+		}
+	}
+	return c, nil
+}
+
+// hintTally credits pepd's hint counters to a +hints session's records
+// (report.Record's Hints* fields): read after each load, the hints sent
+// go to that load, the used and unused to the load before it (a load is
+// counted when it ends, at the subscriber's next document; at the first
+// load of the session that is the teaching pass's last, dropped).
+type hintTally struct {
+	p    *pep
+	last hintCounts
+}
+
+// startHints reads the counters once the teaching pass is over.
+func (p *pep) startHints() (*hintTally, error) {
+	c, err := p.hintCounts()
+	return &hintTally{p: p, last: c}, err
+}
+
+// afterLoad credits what changed since the last read to recs' last two
+// records.
+func (h *hintTally) afterLoad(recs []report.Record) error {
+	c, err := h.p.hintCounts()
+	if err != nil {
+		return err
+	}
+	recs[len(recs)-1].HintsSent += int(c.sent - h.last.sent)
+	if len(recs) > 1 {
+		credit(&recs[len(recs)-2], h.last, c)
+	}
+	h.last = c
+	return nil
+}
+
+// endSession ends the session's last load (DELETE /hints: pepd counts the
+// loads in progress, then forgets what it learned) and credits it.
+func (h *hintTally) endSession(recs []report.Record) error {
+	if err := h.p.resetHints(); err != nil {
+		return err
+	}
+	c, err := h.p.hintCounts()
+	if err != nil || len(recs) == 0 {
+		return err
+	}
+	credit(&recs[len(recs)-1], h.last, c)
+	h.last = c
+	return nil
+}
+
+func credit(r *report.Record, before, after hintCounts) {
+	r.HintsUsed += int(after.used - before.used)
+	r.HintsUnused += int(after.unused - before.unused)
+	r.HintsUnusedBytes += int64(after.unusedBytes - before.unusedBytes)
+}
