@@ -269,9 +269,7 @@ func (l *Learner) Document(sub netip.Addr, docURL string, private bool, now time
 	}
 	p := l.page(key)
 	ld := &load{sub: sub, page: p, start: now, seen: map[string]*entry{}, used: map[string]bool{}, hosts: map[string]bool{}}
-	if u, err := url.Parse(docURL); err == nil {
-		ld.host = strings.ToLower(u.Hostname())
-	}
+	ld.host = hostOf(docURL)
 	hs := l.hints(p)
 	if len(hs) > 0 {
 		ld.hinted = make(map[string]Hint, len(hs))
@@ -314,8 +312,8 @@ func (l *Learner) Subresource(sub netip.Addr, u, referer, contentType string, by
 	if _, ok := ld.hinted[u]; ok {
 		ld.used[u] = true
 	}
-	if pu, err := url.Parse(u); err == nil {
-		ld.hosts[strings.ToLower(pu.Hostname())] = true
+	if h := hostOf(u); h != "" && !ld.hosts[h] {
+		ld.hosts[h] = true
 	}
 	as := Destination(contentType)
 	if !cacheable || as == "" || !strings.HasPrefix(u, "http://") && !l.own(u) {
@@ -367,12 +365,39 @@ func (ld *load) refererFits(referer string) bool {
 	if referer == "" {
 		return true
 	}
-	r, err := url.Parse(referer)
-	if err != nil {
-		return false
+	h := hostOf(referer)
+	return h != "" && (h == ld.host || ld.hosts[h])
+}
+
+// hostOf returns the lower-case host of an absolute URL (without
+// userinfo, port or IPv6 brackets), as url.Parse's Hostname would, ""
+// when raw has no "scheme://" authority. It does not allocate for a host
+// already in lower case (the learner calls it for every response).
+func hostOf(raw string) string {
+	i := strings.Index(raw, "://")
+	if i <= 0 {
+		return ""
 	}
-	h := strings.ToLower(r.Hostname())
-	return h == ld.host || ld.hosts[h]
+	a := raw[i+3:]
+	if j := strings.IndexAny(a, "/?#"); j >= 0 {
+		a = a[:j]
+	}
+	if j := strings.LastIndexByte(a, '@'); j >= 0 {
+		a = a[j+1:]
+	}
+	if strings.HasPrefix(a, "[") {
+		if j := strings.IndexByte(a, ']'); j >= 0 {
+			a = a[1:j]
+		}
+	} else if j := strings.LastIndexByte(a, ':'); j >= 0 {
+		a = a[:j]
+	}
+	for k := 0; k < len(a); k++ {
+		if c := a[k]; c >= 'A' && c <= 'Z' {
+			return strings.ToLower(a)
+		}
+	}
+	return a
 }
 
 // Destination maps a response Content-Type to the preload destination
@@ -491,14 +516,14 @@ func (l *Learner) hints(p *page) []Hint {
 			cs = append(cs, cand{Hint{URL: u, As: e.as, Bytes: e.bytes}, c})
 		}
 	}
-	sort.Slice(cs, func(i, j int) bool {
-		if cs[i].seen != cs[j].seen {
-			return cs[i].seen > cs[j].seen
+	slices.SortFunc(cs, func(a, b cand) int {
+		if a.seen != b.seen {
+			return b.seen - a.seen
 		}
-		if pi, pj := asOrder(cs[i].h.As), asOrder(cs[j].h.As); pi != pj {
-			return pi < pj
+		if pa, pb := asOrder(a.h.As), asOrder(b.h.As); pa != pb {
+			return pa - pb
 		}
-		return cs[i].h.URL < cs[j].h.URL
+		return strings.Compare(a.h.URL, b.h.URL)
 	})
 	var out []Hint
 	var total int64

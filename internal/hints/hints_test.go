@@ -3,6 +3,7 @@ package hints
 import (
 	"fmt"
 	"net/netip"
+	"net/url"
 	"runtime"
 	"strings"
 	"testing"
@@ -340,5 +341,56 @@ func TestResetEndsLoads(t *testing.T) {
 	}
 	if hs := loadPage(l, sub1, doc, t0.Add(2*time.Minute), deps...); hs != nil {
 		t.Errorf("hints after Reset: %v", urls(hs))
+	}
+}
+
+// BenchmarkDocumentOnly measures Document alone for a page with 20
+// hints (the HTML response's share of the learner's cost); the load's
+// subresources are recorded outside the timer.
+func BenchmarkDocumentOnly(b *testing.B) {
+	l := New(Options{})
+	doc := "http://www.site.test:8080/index.html"
+	var subs []string
+	for s := 0; s < 20; s++ {
+		subs = append(subs, fmt.Sprintf("http://192.0.2.12/img.cdn.test:8080/t/%d.jpg", s))
+	}
+	now := t0
+	record := func() {
+		for _, s := range subs {
+			l.Subresource(sub1, s, doc, "image/jpeg", 20000, true, now)
+		}
+	}
+	l.Document(sub1, doc, false, now)
+	record()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(time.Second)
+		if hs := l.Document(sub1, doc, false, now); len(hs) != 20 {
+			b.Fatalf("%d hints, want 20", len(hs))
+		}
+		b.StopTimer()
+		record()
+		b.StartTimer()
+	}
+}
+
+// TestHostOf: hostOf agrees with url.Parse's Hostname, lower-cased.
+func TestHostOf(t *testing.T) {
+	for _, raw := range []string{"http://www.site.test/", "http://WWW.Site.TEST:8080/a?b#c", "https://192.0.2.12/cdn.test:81/x",
+		"http://user:pw@host.test:80/x", "http://[2001:db8::1]:8080/x", "http://[2001:DB8::1]/", "http://host.test", "http://host.test?q",
+		"http://host.test#f"} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := hostOf(raw), strings.ToLower(u.Hostname()); got != want {
+			t.Errorf("hostOf(%q) = %q, want %q", raw, got, want)
+		}
+	}
+	for _, raw := range []string{"", "www.site.test/x", "/path", "://x"} {
+		if got := hostOf(raw); got != "" {
+			t.Errorf("hostOf(%q) = %q, want \"\"", raw, got)
+		}
 	}
 }
