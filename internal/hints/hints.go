@@ -16,8 +16,10 @@
 // which the URL was requested. A URL is hinted once the page has at least
 // Options.MinLoads loads and the URL was requested in at least Options.Share
 // of them, and in two of them once the page has two (so a URL whose query
-// changes on every load is hinted at most on the second load); a URL no
-// recent load requested ages out. Memory is bounded as a
+// changes on every load is hinted at most on the second load, and never
+// when the change is one PageKey recognises: a cache-buster parameter
+// name or a value of ten or more digits, such URLs are not learned); a
+// URL no recent load requested ages out. Memory is bounded as a
 // cache's: at most Options.MaxPages pages (least recently loaded evicted),
 // Options.MaxURLs entries per page (the least seen evicted), and
 // Options.MaxLoads loads in progress.
@@ -239,6 +241,27 @@ func pageKey(raw string, https bool) string {
 	return key
 }
 
+// volatileQuery reports whether URL u's query has a parameter that
+// changes from load to load by PageKey's rules (a cache-buster name, or a
+// value of ten or more digits): such a URL is never the same in the next
+// load, so it is neither learned nor hinted.
+func volatileQuery(u string) bool {
+	_, q, ok := strings.Cut(u, "?")
+	if !ok {
+		return false
+	}
+	q, _, _ = strings.Cut(q, "#")
+	for q != "" {
+		var kv string
+		kv, q, _ = strings.Cut(q, "&")
+		k, v, _ := strings.Cut(kv, "=")
+		if volatileParams[strings.ToLower(k)] || longDigits(v) {
+			return true
+		}
+	}
+	return false
+}
+
 func longDigits(v string) bool {
 	if len(v) < 10 {
 		return false
@@ -316,7 +339,7 @@ func (l *Learner) Subresource(sub netip.Addr, u, referer, contentType string, by
 		ld.hosts[h] = true
 	}
 	as := Destination(contentType)
-	if !cacheable || as == "" || !strings.HasPrefix(u, "http://") && !l.own(u) {
+	if !cacheable || as == "" || !strings.HasPrefix(u, "http://") && !l.own(u) || volatileQuery(u) {
 		return
 	}
 	if e := ld.seen[u]; e != nil {
