@@ -216,7 +216,8 @@ func TestProcess(t *testing.T) {
 		t.Fatalf("PUT /hints: %v %v", resp, err)
 	}
 	if got := get("/metrics"); !strings.Contains(got, "pep_hints_enabled 1") || !strings.Contains(got, "pep_hints_sent_total 0") ||
-		!strings.Contains(got, `pep_hints_prefetches_total{outcome="hit"} 0`) || !strings.Contains(got, "pep_hints_pages 0") {
+		!strings.Contains(got, `pep_hints_prefetches_total{outcome="hit"} 0`) || !strings.Contains(got, "pep_hints_pages 0") ||
+		!strings.Contains(got, "pep_hints_early_total 0") {
 		t.Errorf("/metrics after PUT /hints on lacks pep_hints_enabled 1 or a pep_hints_* series at 0")
 	}
 	p.write(t, cfg("url"))
