@@ -21,6 +21,13 @@ func (p *pep) hintCounts() (hintCounts, error) {
 	if err != nil {
 		return hintCounts{}, fmt.Errorf("run: reading pepd's hint counters: %w", err)
 	}
+	return parseHintCounts(m)
+}
+
+// parseHintCounts reads the hint counters from a Prometheus text
+// exposition; a counter that is absent reads 0, one whose value is not a
+// number is an error.
+func parseHintCounts(m string) (hintCounts, error) {
 	var c hintCounts
 	for _, l := range strings.Split(m, "\n") {
 		name, v, _ := strings.Cut(l, " ")
@@ -29,6 +36,7 @@ func (p *pep) hintCounts() (hintCounts, error) {
 		if dst == nil {
 			continue
 		}
+		var err error
 		if *dst, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
 			return hintCounts{}, fmt.Errorf("run: pepd's metrics: %s %q: %w", name, v, err)
 		}
@@ -42,20 +50,25 @@ func (p *pep) hintCounts() (hintCounts, error) {
 // counted when it ends, at the subscriber's next document; at the first
 // load of the session that is the teaching pass's last, dropped).
 type hintTally struct {
-	p    *pep
+	read func() (hintCounts, error) // pepd's counters now
+	end  func() error               // end the loads in progress (DELETE /hints)
 	last hintCounts
 }
 
 // startHints reads the counters once the teaching pass is over.
 func (p *pep) startHints() (*hintTally, error) {
-	c, err := p.hintCounts()
-	return &hintTally{p: p, last: c}, err
+	return newHintTally(p.hintCounts, p.resetHints)
+}
+
+func newHintTally(read func() (hintCounts, error), end func() error) (*hintTally, error) {
+	c, err := read()
+	return &hintTally{read: read, end: end, last: c}, err
 }
 
 // afterLoad credits what changed since the last read to recs' last two
 // records.
 func (h *hintTally) afterLoad(recs []report.Record) error {
-	c, err := h.p.hintCounts()
+	c, err := h.read()
 	if err != nil {
 		return err
 	}
@@ -70,10 +83,10 @@ func (h *hintTally) afterLoad(recs []report.Record) error {
 // endSession ends the session's last load (DELETE /hints: pepd counts the
 // loads in progress, then forgets what it learned) and credits it.
 func (h *hintTally) endSession(recs []report.Record) error {
-	if err := h.p.resetHints(); err != nil {
+	if err := h.end(); err != nil {
 		return err
 	}
-	c, err := h.p.hintCounts()
+	c, err := h.read()
 	if err != nil || len(recs) == 0 {
 		return err
 	}
