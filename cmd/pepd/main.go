@@ -19,7 +19,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -32,8 +31,6 @@ import (
 	"os/signal"
 	"reflect"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -254,22 +251,15 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 	if err := d.buildHints(cfg); err != nil {
 		return nil, err
 	}
-	d.proxy, err = httpproxy.New(httpproxy.Options{
-		VIP: cfg.VIP, VIPNames: lower(cfg.HTTPS.Names), Squid: cfg.Squid, SquidProxyProtocol: cfg.SquidProxyProtocol,
-		UpstreamTimeout: cfg.HTTP.UpstreamTimeout, UpstreamIdle: cfg.HTTP.UpstreamIdle, Mode: d.mode, Log: log, Metrics: hm, Settings: st,
-		Optimize: d.optimize, Cache: d.cache, Hints: d.hints,
-	})
+	po := cfg.HTTP.ProxyOptions()
+	po.VIP, po.VIPNames, po.Squid, po.SquidProxyProtocol = cfg.VIP, cfg.HTTPS.VIPNames(), cfg.Squid, cfg.SquidProxyProtocol
+	po.Mode, po.Log, po.Metrics, po.Settings = d.mode, log, hm, st
+	po.Optimize, po.Cache, po.Hints = d.optimize, d.cache, d.hints
+	d.proxy, err = httpproxy.New(po)
 	if err != nil {
 		return nil, err
 	}
-	d.httpSrv = httpproxy.NewServer(d.proxy, httpproxy.Limits{
-		MaxHeaderBytes: int(cfg.HTTP.MaxHeaderBytes), ReadHeaderTimeout: cfg.HTTP.ReadHeaderTimeout,
-		IdleTimeout: cfg.HTTP.IdleTimeout, MaxConns: cfg.HTTP.MaxConns,
-		WriteTimeout: cfg.HTTP.WriteTimeout, MaxConnsPerSubscriber: cfg.HTTP.MaxConnsPerSubscriber,
-		Radio: httpproxy.RadioOptions{Congestion: cfg.Radio.Congestion, NotsentLowat: int(cfg.Radio.NotsentLowat),
-			MaxPacingRate: int(cfg.Radio.MaxPacingRate)},
-		MaxStreams: cfg.HTTPS.MaxStreams, MaxStreamsPerSubscriber: cfg.HTTPS.MaxStreamsPerSubscriber,
-	}, log, hm)
+	d.httpSrv = httpproxy.NewServer(d.proxy, cfg.HTTP.Limits(cfg.Radio, cfg.HTTPS), log, hm)
 	// Shutdown of the HTTP server closes its listeners and waits for the
 	// requests in flight, so it comes first.
 	d.services = append(d.services, service{name: "http", serve: func() error { return nil }, shutdown: d.httpSrv.Shutdown})
@@ -362,12 +352,10 @@ func (d *pepd) buildOptimizer(cfg *config.Config) error {
 		return err
 	}
 	res := &httpproxy.Resolver{Servers: cfg.Resolvers, Timeout: cfg.DNS.Timeout}
-	srv, err := optimize.New(optimize.Options{
-		Image:        optimize.ImageOptions{Target: o.SSIMTarget, TileFloor: o.SSIMTileFloor, Quality: o.Quality, MaxPixels: o.MaxPixels, MinSaving: o.MinSaving},
-		MaxBodyBytes: int64(o.MaxBodyBytes), Workers: o.Workers, Queue: o.Queue, Deadline: o.Deadline, ResultBytes: int64(o.ResultBytes),
-		Lookup: res.Lookup, Control: pol.Control, UpstreamTimeout: cfg.HTTP.UpstreamTimeout,
-		Metrics: om, Log: d.log.With("component", "optimize"),
-	})
+	oo := o.Options()
+	oo.Lookup, oo.Control, oo.UpstreamTimeout = res.Lookup, pol.Control, cfg.HTTP.UpstreamTimeout
+	oo.Metrics, oo.Log = om, d.log.With("component", "optimize")
+	srv, err := optimize.New(oo)
 	if err != nil {
 		return err
 	}
@@ -386,23 +374,19 @@ func (d *pepd) buildOptimizer(cfg *config.Config) error {
 // series (pep_hints_*) exist from the start, on or off.
 func (d *pepd) buildHints(cfg *config.Config) error {
 	h := cfg.Hints
-	l := hints.New(hints.Options{MaxPages: h.MaxPages, MaxURLs: h.MaxURLs, Window: h.Window, Share: h.Share,
-		LoadWindow: h.LoadWindow, MaxHints: h.MaxHints, MaxHintBytes: int64(h.MaxHintBytes),
-		Origins: vipOrigins(cfg)})
+	l := hints.New(h.Options(cfg.HTTPS.Origins(cfg.VIP)))
 	sw := hints.NewSwitch(h.Enabled)
 	m, err := hints.Register(d.reg, l, sw)
 	if err != nil {
 		return err
 	}
 	d.hints = &httpproxy.Hints{Learner: l, Switch: sw, Metrics: m}
-	if h.Prefetch {
-		d.hints.PrefetchPerSubscriber, d.hints.PrefetchMax = h.PrefetchPerSubscriber, h.PrefetchMax
-	}
+	d.hints.PrefetchPerSubscriber, d.hints.PrefetchMax = h.PrefetchBounds()
 	d.reloaders = append(d.reloaders, func(c *config.Config) error {
 		if prev := sw.Set(c.Hints.Enabled); prev != c.Hints.Enabled {
 			d.log.Info("hints switched", "enabled", c.Hints.Enabled, "by", "SIGHUP")
 		}
-		l.SetOrigins(vipOrigins(c)) // https.* follow SIGHUP
+		l.SetOrigins(c.HTTPS.Origins(c.VIP)) // https.* follow SIGHUP
 		return nil
 	})
 	return nil
@@ -417,9 +401,9 @@ func (d *pepd) buildHints(cfg *config.Config) error {
 func (d *pepd) buildCache(cfg *config.Config) error {
 	k := cfg.Cache
 	var adm *cachepolicy.Admission
-	if k.Admission == cachepolicy.AdmissionSecondHit {
+	if k.SecondHit() {
 		var err error
-		if adm, err = cachepolicy.NewAdmission(cachepolicy.AdmissionOptions{Window: k.Window, Items: k.FilterItems}); err != nil {
+		if adm, err = cachepolicy.NewAdmission(k.AdmissionOptions()); err != nil {
 			return err
 		}
 		d.log.Info("cache admission", "admission", k.Admission, "window", k.Window, "filter_bytes", adm.FilterBytes())
@@ -434,7 +418,7 @@ func (d *pepd) buildCache(cfg *config.Config) error {
 	}
 	d.cacheStatus = &cachepolicy.StatusSource{Policy: d.cache, Window: k.Window, Manager: mgr}
 	d.reloaders = append(d.reloaders, func(c *config.Config) error {
-		on := c.Cache.Admission == cachepolicy.AdmissionSecondHit
+		on := c.Cache.SecondHit()
 		if on && adm == nil {
 			d.log.Warn("cache.admission second-hit needs a restart (pepd started with it off)")
 			return nil
@@ -457,9 +441,8 @@ func (d *pepd) buildDNS(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	o := dnsproxy.OptionsFrom(cfg)
-	o.Mode, o.Guard, o.Logger, o.Registerer = d.mode, pol, d.log.With("component", "dnsproxy"), d.reg
-	dp, err := dnsproxy.New(o)
+	dp, err := dnsproxy.New(dnsproxy.Options{Config: cfg.DNS, VIP: cfg.VIP, VIP6: cfg.VIP6, Resolvers: cfg.Resolvers,
+		Mode: d.mode, Guard: pol, Logger: d.log.With("component", "dnsproxy"), Registerer: d.reg})
 	if err != nil {
 		return err
 	}
@@ -476,7 +459,7 @@ func (d *pepd) buildDNS(cfg *config.Config) error {
 		d.services = append(d.services, service{name: "dns " + pc.LocalAddr().String(),
 			serve: func() error { return ignoreClosed(dp.Serve(pc, ln)) }, shutdown: dp.Shutdown})
 	}
-	d.reloaders = append(d.reloaders, dp.ReloadConfig)
+	d.reloaders = append(d.reloaders, func(c *config.Config) error { return dp.ReloadConfig(c.DNS) })
 	if cfg.Listen.TLS != "" {
 		term, err := d.buildVIPTLS(cfg)
 		if err != nil {
@@ -514,7 +497,7 @@ func (d *pepd) buildVIPTLS(cfg *config.Config) (splice.Terminator, error) {
 	if !h.Enabled() {
 		return nil, nil
 	}
-	st, err := viptls.Load(h.CertFile, h.KeyFile, vipCertNames(cfg))
+	st, err := viptls.Load(h.CertFile, h.KeyFile, h.CertNames(cfg.VIP))
 	if err != nil {
 		return nil, err
 	}
@@ -537,46 +520,6 @@ func (d *pepd) buildVIPTLS(cfg *config.Config) (splice.Terminator, error) {
 	return term, nil
 }
 
-// vipCertNames are the names the VIP's certificate must be valid for: the
-// https names, and the VIP address when https URLs are written on it (or
-// no name is given, so that the address is all that can be served).
-func vipCertNames(cfg *config.Config) []string {
-	h := cfg.HTTPS
-	names := lower(h.Names)
-	if h.Host == "" && (h.URLs || len(h.Names) == 0) {
-		names = append(names, cfg.VIP.String())
-	}
-	return names
-}
-
-// vipOrigins are the origins url mode writes VIP URLs under (rewrite.Config.Origins):
-// with https.urls, one https origin per shard, https://HOST[:port]; else
-// none (http://VIP).
-func vipOrigins(cfg *config.Config) []string {
-	h := cfg.HTTPS
-	if !h.URLs {
-		return nil
-	}
-	host := cmp.Or(strings.ToLower(h.Host), cfg.VIP.String())
-	var out []string
-	for _, p := range h.Ports() {
-		o := "https://" + host
-		if p != 443 {
-			o += ":" + strconv.Itoa(int(p))
-		}
-		out = append(out, o)
-	}
-	return out
-}
-
-func lower(s []string) []string {
-	out := make([]string, len(s))
-	for i, v := range s {
-		out[i] = strings.ToLower(v)
-	}
-	return out
-}
-
 // ignoreClosed maps the DNS proxy's and the splice's "served after
 // Shutdown" errors to nil, as start expects of a stopped service.
 func ignoreClosed(err error) error {
@@ -597,8 +540,7 @@ func (d *pepd) policy(c *config.Config) (*guard.Policy, error) {
 	if c.VIP6.IsValid() {
 		self = append(self, c.VIP6)
 	}
-	return guard.New(guard.Options{Subscribers: c.Subscribers, AllowedPorts: c.Guard.AllowedPorts,
-		Self: self, Allow: c.Guard.Allow, Deny: c.Guard.Deny}), nil
+	return guard.New(c.Guard.Options(c.Subscribers, self)), nil
 }
 
 // httpSettings builds the HTTP path's reloadable settings from c.
@@ -607,17 +549,13 @@ func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
 	if err != nil {
 		return httpproxy.Settings{}, err
 	}
-	rw, err := rewrite.New(c.VIP.String(), rewrite.Config{MaxBodyBytes: int64(c.Rewrite.MaxBodyBytes), Origins: vipOrigins(c)}, d.log, d.rwm)
+	rc := c.Rewrite
+	rc.Origins = c.HTTPS.Origins(c.VIP)
+	rw, err := rewrite.New(c.VIP.String(), rc, d.log, d.rwm)
 	if err != nil {
 		return httpproxy.Settings{}, err
 	}
-	return httpproxy.Settings{
-		Policy:       pol,
-		Resolver:     &httpproxy.Resolver{Servers: c.Resolvers, Timeout: c.DNS.Timeout},
-		Rewriter:     rw,
-		HostMismatch: c.HTTP.HostMismatch,
-		KeepPrivate:  c.HTTP.KeepPrivateToken,
-	}, nil
+	return c.HTTP.Settings(pol, &httpproxy.Resolver{Servers: c.Resolvers, Timeout: c.DNS.Timeout}, rw), nil
 }
 
 func (d *pepd) closeListeners() {

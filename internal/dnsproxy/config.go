@@ -9,41 +9,116 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"pep/internal/config"
+	"pep/internal/config/field"
 	"pep/internal/guard"
 	"pep/internal/mode"
 )
 
-// Options configure a Proxy. OptionsFrom fills the settings from pepd's
-// config; the caller adds Mode, Guard, Logger and Registerer.
+// Config is pepd's "dns" section: the DNS rewriter's settings (issue 3).
+// DefaultConfig gives its defaults; Validate checks it. Options embeds
+// it, so pepd hands the section over as it is.
+type Config struct {
+	// RewriteDomains are domain suffixes whose A answers get the VIP; "*"
+	// means every name. With RewriteDomainsFile, RewriteWWW and Exclude
+	// they make the rewrite Policy (see NewPolicy).
+	RewriteDomains []string `yaml:"rewrite_domains"`
+	// RewriteDomainsFile is a file of more suffixes, one a line (#
+	// comments), read again by Reload (SIGHUP).
+	RewriteDomainsFile string `yaml:"rewrite_domains_file"`
+	// RewriteWWW also rewrites every name starting with "www." (paper
+	// §3.2).
+	RewriteWWW bool `yaml:"rewrite_www"`
+	// Exclude are suffixes never rewritten, even when they match.
+	Exclude []string `yaml:"exclude"`
+	// VIPTTL is the TTL given to the VIP record, whole seconds,
+	// 1s..2^31s. Default 24h (the paper's one day).
+	VIPTTL time.Duration `yaml:"vip_ttl"`
+	// TTLPolicy chooses the TTL of the rewritten RRset (RFC 2181 §5.2: one
+	// RRset, one TTL): TTLRRset (all records at vip_ttl), TTLOrigin (all
+	// at the origin's TTL), TTLMin (all at the lower of both). Default
+	// "rrset".
+	TTLPolicy string `yaml:"ttl_policy"`
+	// Origins says what happens to the origin addresses of a rewritten A
+	// (or AAAA) RRset: OriginsKeep puts them after the VIP, so that a phone
+	// that roamed away from the VIP falls back to the origin (paper §3.2,
+	// §5.3.2); OriginsDrop answers with the VIP alone. Keeping them costs,
+	// at long RTTs, a second SYN per connection: browsers that race
+	// addresses (Chromium's Happy Eyeballs, 250 ms) try the origin before
+	// the VIP's SYN-ACK is back (testbed/README.md). Default "keep" (also
+	// when empty).
+	Origins string `yaml:"origins"`
+	// AAAA for rewritten names: AAAAPass, AAAAFilter or AAAAVIP6 (VIP6
+	// first; needs the top-level vip6). Default "filter".
+	AAAA string `yaml:"aaaa"`
+	// HTTPSRecords (type 65) for rewritten names: HTTPSFilter or
+	// HTTPSHints. Default "filter".
+	HTTPSRecords string `yaml:"https_records"`
+	// Timeout for one upstream attempt. Default 2s.
+	Timeout time.Duration `yaml:"timeout"`
+	// Attempts per query over all resolvers. Default 3.
+	Attempts int `yaml:"attempts"`
+	// MaxInflight bounds upstream queries in flight. Default 1024.
+	MaxInflight int `yaml:"max_inflight"`
+}
+
+// DefaultConfig returns the dns section's defaults.
+func DefaultConfig() Config {
+	return Config{VIPTTL: 24 * time.Hour, TTLPolicy: TTLRRset, Origins: OriginsKeep, AAAA: AAAAFilter,
+		HTTPSRecords: HTTPSFilter, Timeout: 2 * time.Second, Attempts: 3, MaxInflight: 1024}
+}
+
+// Validate returns the first invalid field as a *field.Error whose path
+// is relative to the section ("vip_ttl", "rewrite_domains.1"). Whether
+// AAAAVIP6 has a vip6 to give is the caller's check (a top-level key).
+func (c Config) Validate() error {
+	for i, s := range c.RewriteDomains {
+		if err := field.DomainSuffix(s, true); err != nil {
+			return field.Errorf(fmt.Sprintf("rewrite_domains.%d", i), "%w", err)
+		}
+	}
+	for i, s := range c.Exclude {
+		if err := field.DomainSuffix(s, false); err != nil {
+			return field.Errorf(fmt.Sprintf("exclude.%d", i), "%w", err)
+		}
+	}
+	switch {
+	case c.VIPTTL < time.Second || c.VIPTTL > 68*365*24*time.Hour:
+		return field.Errorf("vip_ttl", "%v is outside 1s..2^31s (RFC 2181 §8)", c.VIPTTL)
+	case c.VIPTTL%time.Second != 0:
+		return field.Errorf("vip_ttl", "%v is not a whole number of seconds", c.VIPTTL)
+	case !field.OneOf(c.TTLPolicy, TTLRRset, TTLOrigin, TTLMin):
+		return field.Errorf("ttl_policy", "%q is not one of rrset, origin, min", c.TTLPolicy)
+	case !field.OneOf(c.Origins, OriginsKeep, OriginsDrop):
+		return field.Errorf("origins", "%q is not one of keep, drop", c.Origins)
+	case !field.OneOf(c.AAAA, AAAAPass, AAAAFilter, AAAAVIP6):
+		return field.Errorf("aaaa", "%q is not one of pass, filter, vip6", c.AAAA)
+	case !field.OneOf(c.HTTPSRecords, HTTPSFilter, HTTPSHints):
+		return field.Errorf("https_records", "%q is not one of filter, hints", c.HTTPSRecords)
+	case c.Timeout <= 0:
+		return field.Errorf("timeout", "%v must be positive", c.Timeout)
+	case c.Attempts < 1:
+		return field.Errorf("attempts", "%d must be at least 1", c.Attempts)
+	case c.MaxInflight < 1:
+		return field.Errorf("max_inflight", "%d must be at least 1", c.MaxInflight)
+	}
+	return nil
+}
+
+// Options configure a Proxy: the dns section (Config) and what pepd wires
+// in from elsewhere.
 type Options struct {
-	// VIP is put first in rewritten A answers (IPv4).
+	// Config is the dns section. RewriteDomains, RewriteDomainsFile,
+	// RewriteWWW and Exclude are read again by Reload (the file) and
+	// replaced by ReloadConfig.
+	Config
+	// VIP is put first in rewritten A answers (IPv4; top-level vip).
 	VIP netip.Addr
-	// VIP6 is put first in AAAA answers when AAAA is "vip6".
+	// VIP6 is put first in AAAA answers when AAAA is "vip6" (top-level
+	// vip6).
 	VIP6 netip.Addr
-	// Resolvers are the carrier resolvers, host:port.
+	// Resolvers are the carrier resolvers, host:port (top-level
+	// resolvers).
 	Resolvers []string
-	// RewriteDomains, RewriteDomainsFile, RewriteWWW and Exclude make the
-	// rewrite Policy (see NewPolicy). The file is read again by Reload.
-	RewriteDomains     []string
-	RewriteDomainsFile string
-	RewriteWWW         bool
-	Exclude            []string
-	// VIPTTL is the VIP's TTL, whole seconds, 1s..2^31s.
-	VIPTTL time.Duration
-	// TTLPolicy is TTLRRset, TTLOrigin or TTLMin.
-	TTLPolicy string
-	// Origins is OriginsKeep (default when empty) or OriginsDrop: whether a
-	// rewritten RRset keeps the origin addresses after the VIP.
-	Origins string
-	// AAAA is AAAAPass, AAAAFilter or AAAAVIP6.
-	AAAA string
-	// HTTPSRecords is HTTPSFilter or HTTPSHints.
-	HTTPSRecords string
-	// Timeout, Attempts and MaxInflight configure the Upstream.
-	Timeout     time.Duration
-	Attempts    int
-	MaxInflight int
 
 	// Mode is read on every query: answers are rewritten only in dns
 	// mode. Nil means always dns (tests).
@@ -55,19 +130,6 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer gets the pep_dns_* metrics. Nil registers nothing.
 	Registerer prometheus.Registerer
-}
-
-// OptionsFrom returns the Options for pepd's configuration c (its DNS
-// section and the top-level vip, vip6 and resolvers).
-func OptionsFrom(c *config.Config) Options {
-	d := c.DNS
-	return Options{
-		VIP: c.VIP, VIP6: c.VIP6, Resolvers: c.Resolvers,
-		RewriteDomains: d.RewriteDomains, RewriteDomainsFile: d.RewriteDomainsFile,
-		RewriteWWW: d.RewriteWWW, Exclude: d.Exclude,
-		VIPTTL: d.VIPTTL, TTLPolicy: d.TTLPolicy, Origins: d.Origins, AAAA: d.AAAA, HTTPSRecords: d.HTTPSRecords,
-		Timeout: d.Timeout, Attempts: d.Attempts, MaxInflight: d.MaxInflight,
-	}
 }
 
 // validate checks what internal/config does not already guarantee for

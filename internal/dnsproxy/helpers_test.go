@@ -84,9 +84,9 @@ func startProxy(t testing.TB, o Options) (*Proxy, string, *prometheus.Registry) 
 func defaultOptions(resolver string) Options {
 	return Options{
 		VIP: netip.MustParseAddr("192.0.2.12"), VIP6: netip.MustParseAddr("2001:db8::12"),
-		Resolvers: []string{resolver}, RewriteDomains: []string{"foo.com"},
-		VIPTTL: 24 * time.Hour, TTLPolicy: TTLRRset, AAAA: AAAAFilter, HTTPSRecords: HTTPSFilter,
-		Timeout: 2 * time.Second, Attempts: 2, MaxInflight: 64,
+		Resolvers: []string{resolver}, Config: Config{RewriteDomains: []string{"foo.com"},
+			VIPTTL: 24 * time.Hour, TTLPolicy: TTLRRset, AAAA: AAAAFilter, HTTPSRecords: HTTPSFilter,
+			Timeout: 2 * time.Second, Attempts: 2, MaxInflight: 64},
 	}
 }
 

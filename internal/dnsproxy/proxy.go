@@ -26,7 +26,6 @@ import (
 
 	"github.com/miekg/dns"
 
-	"pep/internal/config"
 	"pep/internal/guard"
 	"pep/internal/mode"
 )
@@ -93,13 +92,12 @@ func (p *Proxy) Reload() error {
 	return nil
 }
 
-// ReloadConfig is Reload for a new configuration (pepd's SIGHUP): the
-// policy is rebuilt from c's dns.rewrite_domains, rewrite_domains_file,
+// ReloadConfig is Reload for a new dns section (pepd's SIGHUP): the
+// policy is rebuilt from d's rewrite_domains, rewrite_domains_file,
 // rewrite_www and exclude, which later Reloads keep. The other settings
 // (VIP, TTL, AAAA and HTTPS policies, resolvers, limits) take effect at the
 // next start. On error nothing changes.
-func (p *Proxy) ReloadConfig(c *config.Config) error {
-	d := c.DNS
+func (p *Proxy) ReloadConfig(d Config) error {
 	pol, err := NewPolicy(d.RewriteDomains, d.RewriteDomainsFile, d.RewriteWWW, d.Exclude)
 	if err != nil {
 		return err

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-
-	"pep/internal/config"
 )
 
 func testRewriter() *Rewriter {
@@ -237,9 +235,9 @@ func TestReload(t *testing.T) {
 		t.Errorf("a failed reload lost the old policy")
 	}
 
-	c := config.Default()
-	c.DNS.RewriteDomains = []string{"baz.org"}
-	if err := p.ReloadConfig(&c); err != nil {
+	c := DefaultConfig()
+	c.RewriteDomains = []string{"baz.org"}
+	if err := p.ReloadConfig(c); err != nil {
 		t.Fatal(err)
 	}
 	if match("www.bar.com.") || !match("www.baz.org.") {

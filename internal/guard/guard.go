@@ -95,7 +95,7 @@ func New(opts Options) *Policy {
 		deny:        slices.Clone(opts.Deny),
 	}
 	if len(p.ports) == 0 {
-		p.ports = []uint16{80}
+		p.ports = DefaultConfig().AllowedPorts
 	}
 	for _, a := range opts.Self {
 		p.self = append(p.self, a.Unmap())

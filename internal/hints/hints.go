@@ -83,32 +83,33 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
+	d := DefaultConfig()
 	if o.MaxPages <= 0 {
-		o.MaxPages = 10000
+		o.MaxPages = d.MaxPages
 	}
 	if o.MaxURLs <= 0 {
-		o.MaxURLs = 64
+		o.MaxURLs = d.MaxURLs
 	}
 	if o.MaxLoads <= 0 {
 		o.MaxLoads = 65536
 	}
 	if o.Window <= 0 || o.Window > 32 {
-		o.Window = 8
+		o.Window = d.Window
 	}
 	if o.MinLoads <= 0 {
 		o.MinLoads = 1
 	}
 	if o.Share <= 0 || o.Share > 1 {
-		o.Share = 0.5
+		o.Share = d.Share
 	}
 	if o.LoadWindow <= 0 {
-		o.LoadWindow = 30 * time.Second
+		o.LoadWindow = d.LoadWindow
 	}
 	if o.MaxHints <= 0 {
-		o.MaxHints = 20
+		o.MaxHints = d.MaxHints
 	}
 	if o.MaxHintBytes <= 0 {
-		o.MaxHintBytes = 1 << 20
+		o.MaxHintBytes = int64(d.MaxHintBytes)
 	}
 	return o
 }

@@ -446,11 +446,11 @@ func TestReloadHostMismatch(t *testing.T) {
 
 	st := *p.Proxy.settings.Load()
 	st.HostMismatch = "direct"
-	rw, err := rewrite.New(testVIP.String(), rewrite.Config{MaxBodyBytes: 16}, testLogger(t), nil)
+	rw, err := rewrite.New(testVIP.String(), rewrite.Config{HTMLTypes: []string{"application/xhtml+xml"}}, testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.Rewriter = rw // pages above 16 bytes pass unrewritten
+	st.Rewriter = rw // text/html pages pass unrewritten
 	if err := p.Proxy.Reload(st); err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +462,7 @@ func TestReloadHostMismatch(t *testing.T) {
 		t.Errorf("origin saw elsewhere.test %d times, want %d", got, before+1)
 	}
 	if resp, body := k.do(pageReq); resp.StatusCode != 200 || strings.Contains(body, "http://192.0.2.12/") || !strings.Contains(body, "http://static.other.test") {
-		t.Errorf("url mode page after the reload with a 16-byte rewrite bound: %d, want it unrewritten: %.300q", resp.StatusCode, body)
+		t.Errorf("url mode page after the reload with a rewriter of XHTML only: %d, want it unrewritten: %.300q", resp.StatusCode, body)
 	}
 
 	bad := st

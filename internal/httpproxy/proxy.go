@@ -182,7 +182,7 @@ func New(o Options) (*Proxy, error) {
 		upTimeout: o.UpstreamTimeout,
 	}
 	if p.upTimeout == 0 {
-		p.upTimeout = 60 * time.Second
+		p.upTimeout = DefaultConfig().UpstreamTimeout
 	}
 	if p.m == nil {
 		p.m, _ = NewMetrics(nil)
@@ -197,7 +197,7 @@ func New(o Options) (*Proxy, error) {
 	if !p.pp {
 		idle *= 64
 	}
-	p.pool = newSquidPool(p, idle, cmp.Or(o.UpstreamIdle, 60*time.Second))
+	p.pool = newSquidPool(p, idle, cmp.Or(o.UpstreamIdle, DefaultConfig().UpstreamIdle))
 	p.direct = &http.Transport{
 		DialContext:           p.dialDirect,
 		MaxIdleConns:          256,

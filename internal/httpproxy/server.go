@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
+
+	"pep/internal/config/field"
 )
 
 // Limits are the subscriber-facing limits of a Server (config section
@@ -71,20 +74,21 @@ type Limits struct {
 }
 
 // RadioOptions are TCP socket options of subscriber-facing connections,
-// set at accept (config radio.*). Each is kept only where the testbed
+// set at accept; they are pepd's "radio" section (zero: the default). Each is kept only where the testbed
 // measured it to lower PLT or LCP (internal/httpproxy/README.md, "Radio
 // queue"); the zero value leaves the namespace's defaults.
 type RadioOptions struct {
 	// Congestion is TCP_CONGESTION (tcp(7)), e.g. "bbr" or "cubic"; it
-	// must be in net.ipv4.tcp_allowed_congestion_control.
-	Congestion string
+	// must be in net.ipv4.tcp_allowed_congestion_control. "" keeps the
+	// namespace's default (net.ipv4.tcp_congestion_control).
+	Congestion string `yaml:"congestion"`
 	// NotsentLowat is TCP_NOTSENT_LOWAT in bytes: at most this much
 	// unsent data waits in the socket, so pepd's writes block instead of
-	// queueing behind the radio link.
-	NotsentLowat int
+	// queueing behind the radio link. 0: the system's.
+	NotsentLowat field.ByteSize `yaml:"notsent_lowat"`
 	// MaxPacingRate is SO_MAX_PACING_RATE in bytes per second (socket(7);
-	// TCP paces internally without the fq qdisc).
-	MaxPacingRate int
+	// TCP paces internally without the fq qdisc). 0: none.
+	MaxPacingRate field.ByteSize `yaml:"max_pacing_rate"`
 }
 
 // apply sets o's options on c (a *net.TCPConn); the first error is
@@ -112,10 +116,10 @@ func (o RadioOptions) apply(c net.Conn) error {
 			keep(unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, o.Congestion), "congestion "+o.Congestion)
 		}
 		if o.NotsentLowat > 0 {
-			keep(unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, o.NotsentLowat), "notsent_lowat")
+			keep(unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, int(o.NotsentLowat)), "notsent_lowat")
 		}
 		if o.MaxPacingRate > 0 {
-			keep(unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, o.MaxPacingRate), "max_pacing_rate")
+			keep(unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, int(o.MaxPacingRate)), "max_pacing_rate")
 		}
 	})
 	if cerr != nil {
@@ -166,30 +170,15 @@ type Server struct {
 
 // NewServer returns a Server for p. m may be nil (not counted).
 func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
-	if lim.MaxHeaderBytes == 0 {
-		lim.MaxHeaderBytes = 32 << 10
-	}
-	if lim.ReadHeaderTimeout == 0 {
-		lim.ReadHeaderTimeout = 10 * time.Second
-	}
-	if lim.IdleTimeout == 0 {
-		lim.IdleTimeout = 120 * time.Second
-	}
-	if lim.WriteTimeout == 0 {
-		lim.WriteTimeout = 30 * time.Second
-	}
-	if lim.MaxConnsPerSubscriber == 0 {
-		lim.MaxConnsPerSubscriber = 1024
-	}
-	if lim.MaxConns == 0 {
-		lim.MaxConns = 10000
-	}
-	if lim.MaxStreams == 0 {
-		lim.MaxStreams = 100
-	}
-	if lim.MaxStreamsPerSubscriber == 0 {
-		lim.MaxStreamsPerSubscriber = 512
-	}
+	d, ds := DefaultConfig(), DefaultHTTPS()
+	lim.MaxHeaderBytes = cmp.Or(lim.MaxHeaderBytes, int(d.MaxHeaderBytes))
+	lim.ReadHeaderTimeout = cmp.Or(lim.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	lim.IdleTimeout = cmp.Or(lim.IdleTimeout, d.IdleTimeout)
+	lim.WriteTimeout = cmp.Or(lim.WriteTimeout, d.WriteTimeout)
+	lim.MaxConnsPerSubscriber = cmp.Or(lim.MaxConnsPerSubscriber, d.MaxConnsPerSubscriber)
+	lim.MaxConns = cmp.Or(lim.MaxConns, d.MaxConns)
+	lim.MaxStreams = cmp.Or(lim.MaxStreams, ds.MaxStreams)
+	lim.MaxStreamsPerSubscriber = cmp.Or(lim.MaxStreamsPerSubscriber, ds.MaxStreamsPerSubscriber)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -121,7 +121,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("optimize: ssim target %v or tile floor %v outside 0-1", o.Image.Target, o.Image.TileFloor)
 	}
 	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = 8 << 20
+		o.MaxBodyBytes = int64(DefaultConfig().MaxBodyBytes)
 	}
 	if o.Workers <= 0 {
 		o.Workers = runtime.GOMAXPROCS(0)

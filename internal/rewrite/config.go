@@ -2,24 +2,28 @@ package rewrite
 
 import (
 	"compress/gzip"
-	"fmt"
 	"mime"
+	"strconv"
 	"strings"
+
+	"pep/internal/config/field"
 )
 
 // Config is the rewriter's part of pepd's configuration (YAML section
-// "rewrite"). The zero value of every field means its default.
+// "rewrite"). The zero value of every field means its default
+// (DefaultConfig has them all filled in).
 type Config struct {
 	// MaxBodyBytes bounds the response body the rewriter buffers, both as it
 	// came (encoded) and decoded. A larger body is passed through byte for
-	// byte (reason "too-large"). Zero means 8 MiB; negative is an error.
-	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// byte (reason "too-large"). Zero means 8 MiB; negative or below 1 KiB
+	// is an error.
+	MaxBodyBytes field.ByteSize `yaml:"max_body_bytes"`
 	// MaxTokenBytes bounds one HTML token: a tag, a comment, the text of a
 	// <style> or <script> element (also the x/net/html Tokenizer's SetMaxBuf
 	// where it measures a script). From a longer token on, the document is
 	// copied unchanged (Stats.PassedThrough). Zero means 1 MiB; negative is
 	// an error.
-	MaxTokenBytes int `yaml:"max_token_bytes"`
+	MaxTokenBytes field.ByteSize `yaml:"max_token_bytes"`
 	// HTMLTypes are the media types rewritten as HTML, lowercase, without
 	// parameters. Empty means text/html and application/xhtml+xml.
 	HTMLTypes []string `yaml:"html_types"`
@@ -50,6 +54,10 @@ const (
 	DefaultBrotliQuality = 5
 )
 
+// DefaultConfig returns the rewrite section's defaults: every field's
+// zero value replaced by its default.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
 	if c.MaxBodyBytes == 0 {
@@ -73,31 +81,34 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports the first invalid field, named by its YAML key, e.g.
-// `rewrite: max_body_bytes: -1 is negative`.
+// Validate reports the first invalid field as a *field.Error whose path
+// is the field's YAML key ("max_body_bytes: -1 is negative"); New adds
+// "rewrite: ". Zero fields are valid (their defaults).
 func (c Config) Validate() error {
-	if c.MaxBodyBytes < 0 {
-		return fmt.Errorf("rewrite: max_body_bytes: %d is negative", c.MaxBodyBytes)
-	}
-	if c.MaxTokenBytes < 0 {
-		return fmt.Errorf("rewrite: max_token_bytes: %d is negative", c.MaxTokenBytes)
+	switch {
+	case c.MaxBodyBytes < 0:
+		return field.Errorf("max_body_bytes", "%d is negative", c.MaxBodyBytes)
+	case c.MaxBodyBytes > 0 && c.MaxBodyBytes < 1024:
+		return field.Errorf("max_body_bytes", "%d is below 1KiB", c.MaxBodyBytes)
+	case c.MaxTokenBytes < 0:
+		return field.Errorf("max_token_bytes", "%d is negative", c.MaxTokenBytes)
 	}
 	for _, f := range []struct {
 		key   string
 		types []string
 	}{{"html_types", c.HTMLTypes}, {"css_types", c.CSSTypes}} {
-		for _, t := range f.types {
+		for i, t := range f.types {
 			mt, params, err := mime.ParseMediaType(t)
 			if err != nil || len(params) != 0 || mt != t || !strings.Contains(t, "/") {
-				return fmt.Errorf("rewrite: %s: %q is not a lowercase media type without parameters", f.key, t)
+				return field.Errorf(f.key+"."+strconv.Itoa(i), "%q is not a lowercase media type without parameters", t)
 			}
 		}
 	}
 	if c.GzipLevel != 0 && (c.GzipLevel < gzip.BestSpeed || c.GzipLevel > gzip.BestCompression) {
-		return fmt.Errorf("rewrite: gzip_level: %d is outside 1..9", c.GzipLevel)
+		return field.Errorf("gzip_level", "%d is outside 1..9", c.GzipLevel)
 	}
 	if c.BrotliQuality < 0 || c.BrotliQuality > 11 {
-		return fmt.Errorf("rewrite: brotli_quality: %d is outside 0..11", c.BrotliQuality)
+		return field.Errorf("brotli_quality", "%d is outside 0..11", c.BrotliQuality)
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func (r *Rewriter) HTML(dst io.Writer, src io.Reader, doc *url.URL) (Stats, erro
 		return Stats{}, fmt.Errorf("rewrite: reading html: %w", err)
 	}
 	d := r.newDoc(doc)
-	out := d.rewriteHTML(make([]byte, 0, len(in)+len(in)/8), in, r.cfg.MaxTokenBytes)
+	out := d.rewriteHTML(make([]byte, 0, len(in)+len(in)/8), in, int(r.cfg.MaxTokenBytes))
 	if _, err := dst.Write(out); err != nil {
 		return d.u.stats, fmt.Errorf("rewrite: writing html: %w", err)
 	}

@@ -371,12 +371,13 @@ func TestConfigValidate(t *testing.T) {
 		err  string
 	}{
 		{"zero", Config{}, ""},
-		{"negative body", Config{MaxBodyBytes: -1}, "rewrite: max_body_bytes: -1 is negative"},
-		{"negative token", Config{MaxTokenBytes: -5}, "rewrite: max_token_bytes: -5 is negative"},
-		{"bad type", Config{HTMLTypes: []string{"text/HTML"}}, `rewrite: html_types: "text/HTML" is not a lowercase media type without parameters`},
-		{"type with parameter", Config{CSSTypes: []string{"text/css; charset=utf-8"}}, `rewrite: css_types: "text/css; charset=utf-8" is not a lowercase media type without parameters`},
-		{"gzip level", Config{GzipLevel: 10}, "rewrite: gzip_level: 10 is outside 1..9"},
-		{"brotli quality", Config{BrotliQuality: 12}, "rewrite: brotli_quality: 12 is outside 0..11"},
+		{"negative body", Config{MaxBodyBytes: -1}, "max_body_bytes: -1 is negative"},
+		{"small body", Config{MaxBodyBytes: 16}, "max_body_bytes: 16 is below 1KiB"},
+		{"negative token", Config{MaxTokenBytes: -5}, "max_token_bytes: -5 is negative"},
+		{"bad type", Config{HTMLTypes: []string{"text/HTML"}}, `html_types.0: "text/HTML" is not a lowercase media type without parameters`},
+		{"type with parameter", Config{CSSTypes: []string{"text/css", "text/css; charset=utf-8"}}, `css_types.1: "text/css; charset=utf-8" is not a lowercase media type without parameters`},
+		{"gzip level", Config{GzipLevel: 10}, "gzip_level: 10 is outside 1..9"},
+		{"brotli quality", Config{BrotliQuality: 12}, "brotli_quality: 12 is outside 0..11"},
 	}
 	for _, tc := range tests {
 		err := tc.cfg.Validate()

@@ -132,7 +132,7 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL) Result {
 		res.Reason = ReasonEncoding
 		return res
 	}
-	max := r.cfg.MaxBodyBytes
+	max := int64(r.cfg.MaxBodyBytes)
 	if resp.ContentLength > max {
 		res.Reason = ReasonTooLarge
 		return res
@@ -180,7 +180,7 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL) Result {
 		}
 		res.Stats = d.u.stats
 	} else {
-		out = d.rewriteHTML(make([]byte, 0, len(plain)+len(plain)/8), plain, r.cfg.MaxTokenBytes)
+		out = d.rewriteHTML(make([]byte, 0, len(plain)+len(plain)/8), plain, int(r.cfg.MaxTokenBytes))
 		res.Stats = d.u.stats
 	}
 	if res.Stats.URLs == 0 {

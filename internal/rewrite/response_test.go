@@ -260,8 +260,8 @@ func testResponse(t *testing.T, tests []responseCase, only bool) {
 // TestResponseTooLargeStreams checks that a body over the bound passes
 // through whole, including the part not buffered.
 func TestResponseTooLargeStreams(t *testing.T) {
-	r := newTestRewriter(t, Config{MaxBodyBytes: 100})
-	body := []byte(strings.Repeat(pageIn, 50))
+	r := newTestRewriter(t, Config{MaxBodyBytes: 1024})
+	body := []byte(strings.Repeat(pageIn, 200))
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/html"}},
 		ContentLength: -1, Body: io.NopCloser(bytes.NewReader(body))}
 	res := r.Response(resp, nil)

@@ -46,7 +46,7 @@ func New(vip string, cfg Config, log *slog.Logger, m *Metrics) (*Rewriter, error
 		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rewrite: %w", err)
 	}
 	cfg = cfg.withDefaults()
 	origins, err := newVIPOrigins(auth, host, cfg.Origins)

@@ -1,0 +1,271 @@
+package httpproxy
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"pep/internal/config/field"
+	"pep/internal/guard"
+	"pep/internal/rewrite"
+)
+
+// Config is pepd's "http" section: the limits and policies of the HTTP
+// path (issue 2 "Limits"). DefaultConfig gives its defaults; Validate
+// checks it. Config.Limits, ProxyOptions and Settings turn it into what
+// NewServer and New take, so that pepd copies no field of it.
+type Config struct {
+	// MaxHeaderBytes bounds a request's header block; at most 64 KiB
+	// (Squid's request_header_max_size default). Default 32 KiB.
+	MaxHeaderBytes field.ByteSize `yaml:"max_header_bytes"`
+	// ReadHeaderTimeout bounds the time to read a request's headers
+	// (slowloris). Default 10s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// IdleTimeout closes a kept-alive client connection idle this long.
+	// Default 120s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// UpstreamTimeout bounds the wait for Squid's response headers.
+	// Default 60s.
+	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+	// UpstreamIdle is how long an idle connection to Squid is kept for
+	// reuse (the pool of both HTTP paths); below Squid's
+	// client_idle_pconn_timeout (2 min). Default 60s.
+	UpstreamIdle time.Duration `yaml:"upstream_idle"`
+	// MaxConns bounds concurrent client connections; more wait in the
+	// kernel's accept queue. Default 10000.
+	MaxConns int `yaml:"max_conns"`
+	// WriteTimeout closes a subscriber connection that does not take a
+	// write for this long (a subscriber that stopped reading). Default 30s
+	// (Limits.WriteTimeout says why; Squid's write_timeout, HAProxy's
+	// timeout client).
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// MaxConnsPerSubscriber bounds the connections of one source address;
+	// more are closed at accept. Default 1024 (Limits says why not
+	// Chromium's 256); -1: no bound.
+	MaxConnsPerSubscriber int `yaml:"max_conns_per_subscriber"`
+	// HostMismatch says what pepd does with an intercepted request whose
+	// Host does not resolve to the original destination: "direct" (forward
+	// to the original destination, never cached under that name) or
+	// "refuse" (403). Default "direct". Follows SIGHUP.
+	HostMismatch string `yaml:"host_mismatch"`
+	// KeepPrivateToken passes the CacheKeeper opt-out token (CK-Private in
+	// User-Agent, seed 000 §4) on to the origin; by default pepd strips it
+	// (the transaction is still never cached: internal/cachepolicy).
+	// Follows SIGHUP.
+	KeepPrivateToken bool `yaml:"keep_private_token"`
+}
+
+// DefaultConfig returns the http section's defaults.
+func DefaultConfig() Config {
+	return Config{MaxHeaderBytes: 32 << 10, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		UpstreamTimeout: 60 * time.Second, UpstreamIdle: 60 * time.Second, MaxConns: 10000,
+		WriteTimeout: 30 * time.Second, MaxConnsPerSubscriber: 1024, HostMismatch: "direct"}
+}
+
+// Validate returns the first invalid field as a *field.Error whose path
+// is the key within the section ("max_header_bytes").
+func (c Config) Validate() error {
+	switch {
+	case c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 64<<10:
+		return field.Errorf("max_header_bytes", "%d is outside 1KiB..64KiB (Squid's request_header_max_size)", c.MaxHeaderBytes)
+	case c.ReadHeaderTimeout <= 0:
+		return field.Errorf("read_header_timeout", "%v must be positive", c.ReadHeaderTimeout)
+	case c.IdleTimeout <= 0:
+		return field.Errorf("idle_timeout", "%v must be positive", c.IdleTimeout)
+	case c.UpstreamTimeout <= 0:
+		return field.Errorf("upstream_timeout", "%v must be positive", c.UpstreamTimeout)
+	case c.UpstreamIdle <= 0:
+		return field.Errorf("upstream_idle", "%v must be positive", c.UpstreamIdle)
+	case c.MaxConns < 1:
+		return field.Errorf("max_conns", "%d must be at least 1", c.MaxConns)
+	case c.WriteTimeout < 0:
+		return field.Errorf("write_timeout", "%s must not be negative", c.WriteTimeout)
+	case c.MaxConnsPerSubscriber < -1:
+		return field.Errorf("max_conns_per_subscriber", "%d must be -1 (no bound) or more", c.MaxConnsPerSubscriber)
+	case c.HostMismatch != "direct" && c.HostMismatch != "refuse":
+		return field.Errorf("host_mismatch", "%q is not one of direct, refuse", c.HostMismatch)
+	}
+	return nil
+}
+
+// Limits returns the Server's limits: c's, the radio section's socket
+// options and the https section's stream bounds.
+func (c Config) Limits(radio RadioOptions, streams HTTPS) Limits {
+	return Limits{MaxHeaderBytes: int(c.MaxHeaderBytes), ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout: c.IdleTimeout, MaxConns: c.MaxConns, WriteTimeout: c.WriteTimeout,
+		MaxConnsPerSubscriber: c.MaxConnsPerSubscriber, Radio: radio,
+		MaxStreams: streams.MaxStreams, MaxStreamsPerSubscriber: streams.MaxStreamsPerSubscriber}
+}
+
+// ProxyOptions returns the Options of New that c sets (the upstream
+// timeout and idle time); the caller adds the rest (VIP, Squid, Mode,
+// Settings, ...).
+func (c Config) ProxyOptions() Options {
+	return Options{UpstreamTimeout: c.UpstreamTimeout, UpstreamIdle: c.UpstreamIdle}
+}
+
+// Settings returns the reloadable Settings for c with the policy,
+// resolver and rewriter built by the caller.
+func (c Config) Settings(pol *guard.Policy, res *Resolver, rw *rewrite.Rewriter) Settings {
+	return Settings{Policy: pol, Resolver: res, Rewriter: rw, HostMismatch: c.HostMismatch, KeepPrivate: c.KeepPrivateToken}
+}
+
+// HTTPS is pepd's "https" section: the VIP as the operator's own HTTPS
+// origin (issue 25). TLS to the VIP itself is terminated (internal/viptls
+// holds the certificate and picks the connections; ServeTLS serves them,
+// HTTP/2 or HTTP/1.1) instead of spliced; url mode may write https VIP
+// URLs over k shards (Origins). With cert_file empty (the default)
+// nothing is terminated: every TLS connection to the VIP is spliced by
+// SNI. DefaultHTTPS gives its defaults; Validate checks it.
+type HTTPS struct {
+	// CertFile is the VIP's certificate chain (PEM, leaf first) and
+	// KeyFile its private key (PEM). Both or neither; re-read on SIGHUP
+	// (a bad file keeps the old certificate). The certificate must name
+	// every entry of Names, and the VIP address to be served without SNI.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// Names are the VIP's DNS names: a ClientHello with one of them as SNI
+	// is terminated. A ClientHello without SNI to the VIP address is
+	// terminated when the certificate names that address (an IP-address
+	// certificate); every other one is spliced.
+	Names []string `yaml:"names"`
+	// URLs makes url mode write https VIP URLs
+	// (https://HOST[:port]/host/path) instead of http://VIP/host/path.
+	// Needs cert_file. Default false.
+	URLs bool `yaml:"urls"`
+	// Host is the host written in https VIP URLs: "" (the VIP address,
+	// for an IP-address certificate) or one of Names.
+	Host string `yaml:"host"`
+	// Shards is k, the number of VIP origins url mode spreads object hosts
+	// over (each host to one by a stable hash), so that a browser holds k
+	// HTTP/2 connections. Default 1, at most 16.
+	Shards int `yaml:"shards"`
+	// ShardPorts are the ports of the shards' origins, shard i at
+	// ShardPorts[i]; nftables steers each VIP:port to listen.tls. Default
+	// 443, 8443, 8444, ... (distinct ports are distinct origins, which
+	// Chromium does not pool into one HTTP/2 connection).
+	ShardPorts []uint16 `yaml:"shard_ports"`
+	// MaxStreams bounds the concurrent HTTP/2 streams of one connection
+	// (SETTINGS_MAX_CONCURRENT_STREAMS, RFC 9113 §6.5.2; Limits.MaxStreams).
+	// Default 100, at most 1000.
+	MaxStreams int `yaml:"max_streams"`
+	// MaxStreamsPerSubscriber bounds the concurrent requests over TLS of
+	// one source address, all its connections together; more get 429
+	// (Limits.MaxStreamsPerSubscriber). Default 512.
+	MaxStreamsPerSubscriber int `yaml:"max_streams_per_subscriber"`
+}
+
+// DefaultHTTPS returns the https section's defaults.
+func DefaultHTTPS() HTTPS { return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512} }
+
+// Validate returns the first invalid field as a *field.Error whose path
+// is relative to the section ("shard_ports.1"). The certificate and key
+// files themselves are read (and their errors reported) by
+// internal/viptls; that a certificate needs pepd's listen.tls is the
+// caller's check.
+func (h HTTPS) Validate() error {
+	switch {
+	case (h.CertFile == "") != (h.KeyFile == ""):
+		return field.Errorf("key_file", "cert_file and key_file go together (one is empty)")
+	case h.URLs && !h.Enabled():
+		return field.Errorf("urls", "needs https.cert_file")
+	case h.Shards < 1 || h.Shards > 16:
+		return field.Errorf("shards", "%d is outside 1..16", h.Shards)
+	case h.MaxStreams < 1 || h.MaxStreams > 1000:
+		return field.Errorf("max_streams", "%d is outside 1..1000", h.MaxStreams)
+	case h.MaxStreamsPerSubscriber < 1:
+		return field.Errorf("max_streams_per_subscriber", "%d must be at least 1", h.MaxStreamsPerSubscriber)
+	case len(h.ShardPorts) > 0 && len(h.ShardPorts) < h.Shards:
+		return field.Errorf("shard_ports", "%d ports for %d shards", len(h.ShardPorts), h.Shards)
+	}
+	for i, n := range h.Names {
+		if err := field.DomainSuffix(n, false); err != nil || strings.HasPrefix(n, ".") || !strings.Contains(n, ".") {
+			return field.Errorf(fmt.Sprintf("names.%d", i), "%q is not a host name", n)
+		}
+	}
+	if h.Host != "" && !slices.Contains(h.Names, h.Host) {
+		return field.Errorf("host", "%q is not one of https.names", h.Host)
+	}
+	seen := map[uint16]bool{}
+	for i, p := range h.ShardPorts {
+		if p == 0 || seen[p] {
+			return field.Errorf(fmt.Sprintf("shard_ports.%d", i), "port %d is zero or repeated", p)
+		}
+		seen[p] = true
+	}
+	return nil
+}
+
+// Enabled reports whether the VIP is served as an HTTPS origin.
+func (h HTTPS) Enabled() bool { return h.CertFile != "" }
+
+// Ports returns the first Shards ports of the shards' origins, defaults
+// applied.
+func (h HTTPS) Ports() []uint16 {
+	out := make([]uint16, 0, h.Shards)
+	for i := 0; i < h.Shards; i++ {
+		switch {
+		case i < len(h.ShardPorts):
+			out = append(out, h.ShardPorts[i])
+		case i == 0:
+			out = append(out, 443)
+		default:
+			out = append(out, uint16(8443+i-1))
+		}
+	}
+	return out
+}
+
+// VIPNames returns Names in lowercase (Options.VIPNames).
+func (h HTTPS) VIPNames() []string {
+	out := make([]string, len(h.Names))
+	for i, v := range h.Names {
+		out[i] = strings.ToLower(v)
+	}
+	return out
+}
+
+// Origins are the origins url mode writes VIP URLs under
+// (rewrite.Config.Origins, hints.Options.Origins): with URLs, one https
+// origin per shard, https://HOST[:port], HOST being Host or else vip;
+// else none (http://VIP).
+func (h HTTPS) Origins(vip netip.Addr) []string {
+	if !h.URLs {
+		return nil
+	}
+	host := cmp.Or(strings.ToLower(h.Host), vip.String())
+	var out []string
+	for _, p := range h.Ports() {
+		o := "https://" + host
+		if p != 443 {
+			o += ":" + strconv.Itoa(int(p))
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// CertNames are the names the VIP's certificate must be valid for
+// (viptls.Load): Names, and the VIP address when https URLs are written
+// on it (or no name is given, so that the address is all that can be
+// served).
+func (h HTTPS) CertNames(vip netip.Addr) []string {
+	names := h.VIPNames()
+	if h.Host == "" && (h.URLs || len(h.Names) == 0) {
+		names = append(names, vip.String())
+	}
+	return names
+}
+
+// Validate checks the radio section (RadioOptions are pepd's "radio"
+// section): sizes must not be negative. The error's path is "" (the section itself).
+func (o RadioOptions) Validate() error {
+	if o.NotsentLowat < 0 || o.MaxPacingRate < 0 {
+		return field.Errorf("", "sizes must not be negative")
+	}
+	return nil
+}

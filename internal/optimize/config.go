@@ -1,0 +1,115 @@
+package optimize
+
+import (
+	"os"
+	"time"
+
+	"pep/internal/config/field"
+)
+
+// Config is pepd's "optimize" section: the optimizer's settings (issue
+// 11). The switch (Enabled) is orthogonal to the mode and changes at run
+// time (PUT /optimize, pepctl optimize on|off, SIGHUP); Listen and the
+// queue need a restart; Enabled and the exclusion list are re-read on
+// SIGHUP. DefaultConfig gives its defaults; Validate checks it; Options
+// turns it into New's Options.
+type Config struct {
+	// Enabled marks requests for the optimizer. Default false.
+	Enabled bool `yaml:"enabled"`
+	// Listen is the optimizer's address, Squid's parent (squid.conf
+	// cache_peer pep_optimizer, rendered by pepctl squid-conf when set).
+	// Default 127.0.0.1:3131; "" runs no optimizer.
+	Listen string `yaml:"listen"`
+	// SSIMTarget is the SSIM every served image reaches against its
+	// original, in 0..1: per image the smallest of lossless WebP and the
+	// lowest lossy quality that reaches it, or the original
+	// (ImageOptions.Target). 0: the fixed rule (JPEG lossy at quality, PNG
+	// and GIF lossless). Default DefaultTarget (0.95).
+	SSIMTarget float64 `yaml:"ssim_target"`
+	// SSIMTileFloor is the SSIM every 32x32 tile of a lossy WebP reaches
+	// with ssim_target, in 0..1; 0: none. Default DefaultTileFloor (0.90).
+	SSIMTileFloor float64 `yaml:"ssim_tile_floor"`
+	// Quality is the fixed rule's lossy WebP quality of JPEG photos, 1-100
+	// (used with ssim_target 0). Default DefaultQuality.
+	Quality int `yaml:"quality"`
+	// MaxPixels bounds width*height of an image to decode. Default
+	// DefaultMaxPixels (40e6).
+	MaxPixels int64 `yaml:"max_pixels"`
+	// MinSaving is the fraction a transform must save to be served, in
+	// [0, 1). Default 0.10.
+	MinSaving float64 `yaml:"min_saving"`
+	// MaxBodyBytes bounds a body buffered for a transform, at least 1 KiB.
+	// Default 8MiB.
+	MaxBodyBytes field.ByteSize `yaml:"max_body_bytes"`
+	// Workers is how many transforms run at once; 0: one per CPU.
+	Workers int `yaml:"workers"`
+	// Queue bounds the transforms waiting for a worker; 0: 4 per worker.
+	Queue int `yaml:"queue"`
+	// Deadline bounds how long a response waits for its transform (a
+	// worker and the transform together); past it the original is served
+	// and not stored, and the transform finishes for the next miss.
+	// Default DefaultDeadline (100ms).
+	Deadline time.Duration `yaml:"deadline"`
+	// ResultBytes bounds the finished transforms pepd keeps for the next
+	// miss of their object. Default DefaultResultBytes (64MiB).
+	ResultBytes field.ByteSize `yaml:"result_bytes"`
+	// ExcludeFile lists sites never transformed, one host name per line
+	// (subdomains included; LoadSites); re-read on SIGHUP. Default none.
+	ExcludeFile string `yaml:"exclude_file"`
+}
+
+// DefaultConfig returns the optimize section's defaults.
+func DefaultConfig() Config {
+	im := DefaultImageOptions()
+	return Config{Listen: "127.0.0.1:3131", SSIMTarget: im.Target, SSIMTileFloor: im.TileFloor, Quality: im.Quality,
+		MaxPixels: im.MaxPixels, MinSaving: im.MinSaving, MaxBodyBytes: 8 << 20, Deadline: DefaultDeadline,
+		ResultBytes: DefaultResultBytes}
+}
+
+// Validate returns the first invalid field as a *field.Error whose path
+// is the key within the section ("ssim_target"). ExcludeFile must exist
+// (its contents are read by LoadSites).
+func (c Config) Validate() error {
+	switch {
+	case c.Listen != "" && field.HostPort(c.Listen, false) != nil:
+		return field.Errorf("listen", "%w", field.HostPort(c.Listen, false))
+	case c.Enabled && c.Listen == "":
+		return field.Errorf("enabled", "needs optimize.listen (Squid's parent)")
+	case c.SSIMTarget < 0 || c.SSIMTarget > 1:
+		return field.Errorf("ssim_target", "%v is outside 0..1 (0: the fixed rule)", c.SSIMTarget)
+	case c.SSIMTileFloor < 0 || c.SSIMTileFloor > 1:
+		return field.Errorf("ssim_tile_floor", "%v is outside 0..1 (0: none)", c.SSIMTileFloor)
+	case c.Quality < 1 || c.Quality > 100:
+		return field.Errorf("quality", "%d is outside 1..100", c.Quality)
+	case c.MaxPixels < 1:
+		return field.Errorf("max_pixels", "%d must be at least 1", c.MaxPixels)
+	case c.MinSaving < 0 || c.MinSaving >= 1:
+		return field.Errorf("min_saving", "%v is outside 0..1 (0.10: at least 10 %% smaller)", c.MinSaving)
+	case c.MaxBodyBytes < 1024:
+		return field.Errorf("max_body_bytes", "%d is below 1KiB", c.MaxBodyBytes)
+	case c.Workers < 0 || c.Queue < 0:
+		return field.Errorf("workers", "workers and queue must not be negative")
+	case c.Deadline < 0:
+		return field.Errorf("deadline", "%v must not be negative", c.Deadline)
+	case c.ResultBytes < 0:
+		return field.Errorf("result_bytes", "%d must not be negative", c.ResultBytes)
+	}
+	if c.ExcludeFile != "" {
+		if _, err := os.Stat(c.ExcludeFile); err != nil {
+			return field.Errorf("exclude_file", "%w", err)
+		}
+	}
+	return nil
+}
+
+// Options returns the Options of New that c sets (the image transform,
+// the body bound, the workers, queue, deadline and result store); the
+// caller adds Lookup, Control, UpstreamTimeout, Metrics and Log.
+func (c Config) Options() Options {
+	return Options{
+		Image: ImageOptions{Target: c.SSIMTarget, TileFloor: c.SSIMTileFloor, Quality: c.Quality,
+			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
+		MaxBodyBytes: int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, Deadline: c.Deadline,
+		ResultBytes: int64(c.ResultBytes),
+	}
+}
