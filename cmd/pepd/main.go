@@ -29,7 +29,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"reflect"
 	"runtime"
 	"syscall"
 	"time"
@@ -592,10 +591,11 @@ func (d *pepd) shutdown() {
 
 // reload reads the config again (same file, same flags) and applies what
 // can change without a restart: mode, log level, procs, subscribers, guard.*,
-// resolvers, rewrite.max_body_bytes, http.host_mismatch, and each
-// component's reloader. Listen addresses, vip, squid, squid_proxy_protocol
-// and the http limits need a restart; a change to them is logged and
-// ignored.
+// resolvers, rewrite.*, http.host_mismatch, and each component's
+// reloader. The settings whose fields are tagged `reload:"restart"` in
+// their section's type (listen, vip, squid, squid_proxy_protocol, the http
+// limits, ...: config.Restarts) need a restart; a change to them is logged
+// and ignored.
 func (d *pepd) reload(f *config.Flags) error {
 	c, err := loadConfig(f)
 	if err != nil {
@@ -606,26 +606,8 @@ func (d *pepd) reload(f *config.Flags) error {
 			return err
 		}
 	}
-	restart := map[string][2]any{
-		"listen": {d.cfg.Listen, c.Listen}, "vip": {d.cfg.VIP, c.VIP}, "squid": {d.cfg.Squid, c.Squid},
-		"squid_proxy_protocol":     {d.cfg.SquidProxyProtocol, c.SquidProxyProtocol},
-		"http.max_header_bytes":    {d.cfg.HTTP.MaxHeaderBytes, c.HTTP.MaxHeaderBytes},
-		"http.read_header_timeout": {d.cfg.HTTP.ReadHeaderTimeout, c.HTTP.ReadHeaderTimeout},
-		"http.idle_timeout":        {d.cfg.HTTP.IdleTimeout, c.HTTP.IdleTimeout},
-		"http.upstream_timeout":    {d.cfg.HTTP.UpstreamTimeout, c.HTTP.UpstreamTimeout},
-		"http.upstream_idle":       {d.cfg.HTTP.UpstreamIdle, c.HTTP.UpstreamIdle},
-		"http.max_conns":           {d.cfg.HTTP.MaxConns, c.HTTP.MaxConns}, "log.format": {d.cfg.Log.Format, c.Log.Format},
-		"cache.window":                     {d.cfg.Cache.Window, c.Cache.Window},
-		"cache.filter_items":               {d.cfg.Cache.FilterItems, c.Cache.FilterItems},
-		"cache.status_timeout":             {d.cfg.Cache.StatusTimeout, c.Cache.StatusTimeout},
-		"https.names":                      {d.cfg.HTTPS.Names, c.HTTPS.Names},
-		"https.max_streams":                {d.cfg.HTTPS.MaxStreams, c.HTTPS.MaxStreams},
-		"https.max_streams_per_subscriber": {d.cfg.HTTPS.MaxStreamsPerSubscriber, c.HTTPS.MaxStreamsPerSubscriber},
-	}
-	for k, v := range restart {
-		if !reflect.DeepEqual(v[0], v[1]) {
-			d.log.Warn("setting changed in the config needs a restart; still using the old value", "field", k, "old", v[0], "new", v[1])
-		}
+	for _, ch := range config.Restarts(d.cfg, c) {
+		d.log.Warn("setting changed in the config needs a restart; still using the old value", "field", ch.Key, "old", ch.Old, "new", ch.New)
 	}
 	prev := d.mode.Set(c.Mode)
 	d.level.Set(parseLevel(c.Log.Level))

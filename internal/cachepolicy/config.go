@@ -24,18 +24,18 @@ type Config struct {
 	// Window is how long pepd remembers a URL for admission
 	// (AdmissionOptions.Window), at least 1s. Default 1h. Restart to
 	// change.
-	Window time.Duration `yaml:"window"`
+	Window time.Duration `yaml:"window" reload:"restart"`
 	// FilterItems is the number of distinct URLs each of the two Bloom
 	// filters holds at a 1 % false-positive rate (AdmissionOptions.Items),
 	// 1000..1e9. Default 1000000 (2.4 MB). Restart to change.
-	FilterItems int `yaml:"filter_items"`
+	FilterItems int `yaml:"filter_items" reload:"restart"`
 	// MemoryMaxObject is Squid's maximum_object_size_in_memory (rendered by
 	// pepctl squid-conf, in KiB), 1KiB..1GiB: larger objects skip the
 	// memory cache. Default 1MiB.
 	MemoryMaxObject field.ByteSize `yaml:"memory_max_object"`
 	// StatusTimeout bounds one read of Squid's cache manager (GET /cache,
 	// a /metrics scrape; Manager.Timeout). Default 2s.
-	StatusTimeout time.Duration `yaml:"status_timeout"`
+	StatusTimeout time.Duration `yaml:"status_timeout" reload:"restart"`
 	// MemoryTier is the address (host:port) of a memory-only Squid that
 	// pepctl squid-conf renders as the disk Squid's parent (and, with
 	// -memory-tier, renders itself): with second-hit admission, a

@@ -54,7 +54,7 @@ type Config struct {
 	Mode mode.Mode `yaml:"mode"`
 	// VIP is the caching proxy's address given to subscribers (DNS answers,
 	// rewritten URLs). IPv4. The paper used 10.0.0.12; DESIGN.md 192.0.2.12.
-	VIP netip.Addr `yaml:"vip"`
+	VIP netip.Addr `yaml:"vip" reload:"restart"`
 	// VIP6 is an optional IPv6 VIP, used when dns.aaaa is "vip6".
 	VIP6 netip.Addr `yaml:"vip6"`
 	// Subscribers are the source ranges pepd serves (HTTP and DNS). Anybody
@@ -63,12 +63,12 @@ type Config struct {
 	// Resolvers are the carrier resolvers, host:port, asked in order.
 	Resolvers []string `yaml:"resolvers"`
 	// Squid is Squid's port for pepd's forward-proxy requests, host:port.
-	Squid string `yaml:"squid"`
+	Squid string `yaml:"squid" reload:"restart"`
 	// SquidProxyProtocol sends a PROXY protocol v1 header first on every
 	// connection to Squid (into a require-proxy-header port) so that Squid
 	// logs and ACLs see the subscriber's address. If false, pepd sends
 	// X-Forwarded-For, which Squid must trust from pepd only. Default true.
-	SquidProxyProtocol bool `yaml:"squid_proxy_protocol"`
+	SquidProxyProtocol bool `yaml:"squid_proxy_protocol" reload:"restart"`
 	// Procs is how many OS threads run pepd's Go code at once
 	// (runtime.GOMAXPROCS); 0, the default, is Go's choice: the CPUs pepd
 	// may run on. On an appliance where Squid has cores of its own, give
@@ -79,7 +79,7 @@ type Config struct {
 	// Applied at start and on SIGHUP.
 	Procs int `yaml:"procs"`
 
-	Listen Listen `yaml:"listen"`
+	Listen Listen `yaml:"listen" reload:"restart"`
 	// HTTP are the HTTP path's limits and policies (httpproxy.Config).
 	HTTP httpproxy.Config `yaml:"http"`
 	// DNS is the DNS rewriter (dnsproxy.Config, issue 3).
@@ -137,7 +137,7 @@ type Log struct {
 	// Level: debug, info, warn, error. Default info.
 	Level string `yaml:"level"`
 	// Format: text or json. Default text.
-	Format string `yaml:"format"`
+	Format string `yaml:"format" reload:"restart"`
 }
 
 // Validate checks the log section: level and format.

@@ -87,6 +87,17 @@ func TestErrors(t *testing.T) {
 		{"hints window", "hints:\n  window: 40\n", `bad.yaml:2: hints.window: 40 is outside 1..32`},
 		{"hints share", "hints:\n  enabled: true\n  share: 0\n", `bad.yaml:3: hints.share: 0 is outside (0, 1]`},
 		{"hints load window", "hints:\n  load_window: 10ms\n", `bad.yaml:2: hints.load_window: 10ms is below 1s`},
+		// Each section's Validate is in its component; the path gets its
+		// section and the line here (issue 28).
+		{"optimize deadline", "optimize:\n  deadline: -1s\n", `bad.yaml:2: optimize.deadline: -1s must not be negative`},
+		{"optimize without listen", "optimize:\n  enabled: true\n  listen: \"\"\n", `bad.yaml:2: optimize.enabled: needs optimize.listen (Squid's parent)`},
+		{"rewrite body bound", "rewrite:\n  max_body_bytes: 100\n", `bad.yaml:2: rewrite.max_body_bytes: 100 is below 1KiB`},
+		{"rewrite html type", "rewrite:\n  html_types:\n    - text/html\n    - text/HTML\n", `bad.yaml:4: rewrite.html_types.1: "text/HTML" is not a lowercase media type without parameters`},
+		{"unknown rewrite key", "rewrite:\n  max_token: 1\n", `bad.yaml:2: rewrite: unknown key "max_token" (did you mean "max_token_bytes"?)`},
+		{"guard port 0", "guard:\n  allowed_ports: [80, 0]\n", `bad.yaml:2: guard.allowed_ports.1: port 0 is not a port`},
+		{"log level", "log:\n  level: loud\n", `bad.yaml:2: log.level: "loud" is not one of debug, info, warn, error`},
+		{"per-subscriber bound", "http:\n  max_conns_per_subscriber: -2\n", `bad.yaml:2: http.max_conns_per_subscriber: -2 must be -1 (no bound) or more`},
+		{"dns exclude", "dns:\n  exclude: [ok.com, \"-bad-.com\"]\n", `bad.yaml:2: dns.exclude.1: "-bad-.com" is not a domain suffix (label "-bad-")`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -160,5 +171,34 @@ func TestHTTPSPorts(t *testing.T) {
 		if got := c2.HTTPS.Ports(); !slices.Equal(got, c.want) {
 			t.Errorf("%q: ports %v, want %v", c.yaml, got, c.want)
 		}
+	}
+}
+
+// TestRestarts: the settings tagged `reload:"restart"` in the sections'
+// types are reported when they change, by their dotted key; reloadable
+// ones are not.
+func TestRestarts(t *testing.T) {
+	old, err := Parse("old.yaml", []byte("http:\n  max_conns: 100\n  host_mismatch: direct\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	new, err := Parse("new.yaml", []byte("mode: url\nlisten:\n  http: \":8080\"\nhttp:\n  max_conns: 200\n  host_mismatch: refuse\n"+
+		"cache:\n  window: 2h\nhttps:\n  max_streams: 50\nlog:\n  level: debug\n  format: json\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, ch := range Restarts(old, new) {
+		keys = append(keys, ch.Key)
+		if ch.Key == "http.max_conns" && (ch.Old != 100 || ch.New != 200) {
+			t.Errorf("http.max_conns: old %v new %v, want 100 200", ch.Old, ch.New)
+		}
+	}
+	want := []string{"listen", "http.max_conns", "cache.window", "https.max_streams", "log.format"}
+	if !slices.Equal(keys, want) {
+		t.Errorf("Restarts = %v, want %v", keys, want)
+	}
+	if ch := Restarts(old, old); len(ch) != 0 {
+		t.Errorf("Restarts of the same config = %v, want none", ch)
 	}
 }

@@ -132,8 +132,8 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
-// validate checks what internal/config does not already guarantee for
-// Options built in code.
+// validate checks what Config.Validate (run by pepd's loader) does not
+// already guarantee for Options built in code.
 func (o *Options) validate() error {
 	switch {
 	case !o.VIP.Is4():

@@ -21,23 +21,23 @@ import (
 type Config struct {
 	// MaxHeaderBytes bounds a request's header block; at most 64 KiB
 	// (Squid's request_header_max_size default). Default 32 KiB.
-	MaxHeaderBytes field.ByteSize `yaml:"max_header_bytes"`
+	MaxHeaderBytes field.ByteSize `yaml:"max_header_bytes" reload:"restart"`
 	// ReadHeaderTimeout bounds the time to read a request's headers
 	// (slowloris). Default 10s.
-	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout" reload:"restart"`
 	// IdleTimeout closes a kept-alive client connection idle this long.
 	// Default 120s.
-	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	IdleTimeout time.Duration `yaml:"idle_timeout" reload:"restart"`
 	// UpstreamTimeout bounds the wait for Squid's response headers.
 	// Default 60s.
-	UpstreamTimeout time.Duration `yaml:"upstream_timeout"`
+	UpstreamTimeout time.Duration `yaml:"upstream_timeout" reload:"restart"`
 	// UpstreamIdle is how long an idle connection to Squid is kept for
 	// reuse (the pool of both HTTP paths); below Squid's
 	// client_idle_pconn_timeout (2 min). Default 60s.
-	UpstreamIdle time.Duration `yaml:"upstream_idle"`
+	UpstreamIdle time.Duration `yaml:"upstream_idle" reload:"restart"`
 	// MaxConns bounds concurrent client connections; more wait in the
 	// kernel's accept queue. Default 10000.
-	MaxConns int `yaml:"max_conns"`
+	MaxConns int `yaml:"max_conns" reload:"restart"`
 	// WriteTimeout closes a subscriber connection that does not take a
 	// write for this long (a subscriber that stopped reading). Default 30s
 	// (Limits.WriteTimeout says why; Squid's write_timeout, HAProxy's
@@ -132,7 +132,7 @@ type HTTPS struct {
 	// is terminated. A ClientHello without SNI to the VIP address is
 	// terminated when the certificate names that address (an IP-address
 	// certificate); every other one is spliced.
-	Names []string `yaml:"names"`
+	Names []string `yaml:"names" reload:"restart"`
 	// URLs makes url mode write https VIP URLs
 	// (https://HOST[:port]/host/path) instead of http://VIP/host/path.
 	// Needs cert_file. Default false.
@@ -152,11 +152,11 @@ type HTTPS struct {
 	// MaxStreams bounds the concurrent HTTP/2 streams of one connection
 	// (SETTINGS_MAX_CONCURRENT_STREAMS, RFC 9113 §6.5.2; Limits.MaxStreams).
 	// Default 100, at most 1000.
-	MaxStreams int `yaml:"max_streams"`
+	MaxStreams int `yaml:"max_streams" reload:"restart"`
 	// MaxStreamsPerSubscriber bounds the concurrent requests over TLS of
 	// one source address, all its connections together; more get 429
 	// (Limits.MaxStreamsPerSubscriber). Default 512.
-	MaxStreamsPerSubscriber int `yaml:"max_streams_per_subscriber"`
+	MaxStreamsPerSubscriber int `yaml:"max_streams_per_subscriber" reload:"restart"`
 }
 
 // DefaultHTTPS returns the https section's defaults.
