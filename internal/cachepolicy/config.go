@@ -55,17 +55,14 @@ func DefaultConfig() Config {
 // Validate returns the first invalid field as a *field.Error whose path
 // is the key within the section ("admission").
 func (c Config) Validate() error {
-	switch {
-	case !field.OneOf(c.Admission, AdmissionOff, AdmissionSecondHit):
-		return field.Errorf("admission", "%q is not one of off, second-hit", c.Admission)
-	case c.Window < time.Second:
-		return field.Errorf("window", "%v is below 1s", c.Window)
-	case c.FilterItems < 1000 || c.FilterItems > 1_000_000_000:
-		return field.Errorf("filter_items", "%d is outside 1000..1000000000", c.FilterItems)
-	case c.MemoryMaxObject < 1<<10 || c.MemoryMaxObject > 1<<30:
-		return field.Errorf("memory_max_object", "%d is outside 1KiB..1GiB", c.MemoryMaxObject)
-	case c.StatusTimeout <= 0:
-		return field.Errorf("status_timeout", "%v must be positive", c.StatusTimeout)
+	if err := field.First(
+		field.Check(!field.OneOf(c.Admission, AdmissionOff, AdmissionSecondHit), "admission", "%q is not one of off, second-hit", c.Admission),
+		field.Check(c.Window < time.Second, "window", "%v is below 1s", c.Window),
+		field.Check(c.FilterItems < 1000 || c.FilterItems > 1_000_000_000, "filter_items", "%d is outside 1000..1000000000", c.FilterItems),
+		field.Check(c.MemoryMaxObject < 1<<10 || c.MemoryMaxObject > 1<<30, "memory_max_object", "%d is outside 1KiB..1GiB", c.MemoryMaxObject),
+		field.Positive("status_timeout", c.StatusTimeout),
+	); err != nil {
+		return err
 	}
 	if c.MemoryTier != "" {
 		if _, _, err := net.SplitHostPort(c.MemoryTier); err != nil {

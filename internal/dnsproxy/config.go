@@ -81,27 +81,17 @@ func (c Config) Validate() error {
 			return field.Errorf(fmt.Sprintf("exclude.%d", i), "%w", err)
 		}
 	}
-	switch {
-	case c.VIPTTL < time.Second || c.VIPTTL > 68*365*24*time.Hour:
-		return field.Errorf("vip_ttl", "%v is outside 1s..2^31s (RFC 2181 §8)", c.VIPTTL)
-	case c.VIPTTL%time.Second != 0:
-		return field.Errorf("vip_ttl", "%v is not a whole number of seconds", c.VIPTTL)
-	case !field.OneOf(c.TTLPolicy, TTLRRset, TTLOrigin, TTLMin):
-		return field.Errorf("ttl_policy", "%q is not one of rrset, origin, min", c.TTLPolicy)
-	case !field.OneOf(c.Origins, OriginsKeep, OriginsDrop):
-		return field.Errorf("origins", "%q is not one of keep, drop", c.Origins)
-	case !field.OneOf(c.AAAA, AAAAPass, AAAAFilter, AAAAVIP6):
-		return field.Errorf("aaaa", "%q is not one of pass, filter, vip6", c.AAAA)
-	case !field.OneOf(c.HTTPSRecords, HTTPSFilter, HTTPSHints):
-		return field.Errorf("https_records", "%q is not one of filter, hints", c.HTTPSRecords)
-	case c.Timeout <= 0:
-		return field.Errorf("timeout", "%v must be positive", c.Timeout)
-	case c.Attempts < 1:
-		return field.Errorf("attempts", "%d must be at least 1", c.Attempts)
-	case c.MaxInflight < 1:
-		return field.Errorf("max_inflight", "%d must be at least 1", c.MaxInflight)
-	}
-	return nil
+	return field.First(
+		field.Check(c.VIPTTL < time.Second || c.VIPTTL > 68*365*24*time.Hour, "vip_ttl", "%v is outside 1s..2^31s (RFC 2181 §8)", c.VIPTTL),
+		field.Check(c.VIPTTL%time.Second != 0, "vip_ttl", "%v is not a whole number of seconds", c.VIPTTL),
+		field.Check(!field.OneOf(c.TTLPolicy, TTLRRset, TTLOrigin, TTLMin), "ttl_policy", "%q is not one of rrset, origin, min", c.TTLPolicy),
+		field.Check(!field.OneOf(c.Origins, OriginsKeep, OriginsDrop), "origins", "%q is not one of keep, drop", c.Origins),
+		field.Check(!field.OneOf(c.AAAA, AAAAPass, AAAAFilter, AAAAVIP6), "aaaa", "%q is not one of pass, filter, vip6", c.AAAA),
+		field.Check(!field.OneOf(c.HTTPSRecords, HTTPSFilter, HTTPSHints), "https_records", "%q is not one of filter, hints", c.HTTPSRecords),
+		field.Positive("timeout", c.Timeout),
+		field.AtLeast("attempts", c.Attempts, 1),
+		field.AtLeast("max_inflight", c.MaxInflight, 1),
+	)
 }
 
 // Options configure a Proxy: the dns section (Config) and what pepd wires

@@ -55,27 +55,17 @@ func DefaultConfig() Config {
 // Validate returns the first invalid field as a *field.Error whose path
 // is the key within the section ("window").
 func (c Config) Validate() error {
-	switch {
-	case c.MaxPages < 1:
-		return field.Errorf("max_pages", "%d must be at least 1", c.MaxPages)
-	case c.MaxURLs < 1:
-		return field.Errorf("max_urls", "%d must be at least 1", c.MaxURLs)
-	case c.Window < 1 || c.Window > 32:
-		return field.Errorf("window", "%d is outside 1..32", c.Window)
-	case c.Share <= 0 || c.Share > 1:
-		return field.Errorf("share", "%v is outside (0, 1]", c.Share)
-	case c.LoadWindow < time.Second:
-		return field.Errorf("load_window", "%v is below 1s", c.LoadWindow)
-	case c.MaxHints < 1:
-		return field.Errorf("max_hints", "%d must be at least 1", c.MaxHints)
-	case c.MaxHintBytes < 1:
-		return field.Errorf("max_hint_bytes", "%d must be at least 1", c.MaxHintBytes)
-	case c.PrefetchPerSubscriber < 1:
-		return field.Errorf("prefetch_per_subscriber", "%d must be at least 1", c.PrefetchPerSubscriber)
-	case c.PrefetchMax < 1:
-		return field.Errorf("prefetch_max", "%d must be at least 1", c.PrefetchMax)
-	}
-	return nil
+	return field.First(
+		field.AtLeast("max_pages", c.MaxPages, 1),
+		field.AtLeast("max_urls", c.MaxURLs, 1),
+		field.Check(c.Window < 1 || c.Window > 32, "window", "%d is outside 1..32", c.Window),
+		field.Check(c.Share <= 0 || c.Share > 1, "share", "%v is outside (0, 1]", c.Share),
+		field.Check(c.LoadWindow < time.Second, "load_window", "%v is below 1s", c.LoadWindow),
+		field.AtLeast("max_hints", c.MaxHints, 1),
+		field.AtLeast("max_hint_bytes", c.MaxHintBytes, 1),
+		field.AtLeast("prefetch_per_subscriber", c.PrefetchPerSubscriber, 1),
+		field.AtLeast("prefetch_max", c.PrefetchMax, 1),
+	)
 }
 
 // Options returns the learner's Options for c with the https origins

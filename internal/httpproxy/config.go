@@ -69,27 +69,18 @@ func DefaultConfig() Config {
 // Validate returns the first invalid field as a *field.Error whose path
 // is the key within the section ("max_header_bytes").
 func (c Config) Validate() error {
-	switch {
-	case c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 64<<10:
-		return field.Errorf("max_header_bytes", "%d is outside 1KiB..64KiB (Squid's request_header_max_size)", c.MaxHeaderBytes)
-	case c.ReadHeaderTimeout <= 0:
-		return field.Errorf("read_header_timeout", "%v must be positive", c.ReadHeaderTimeout)
-	case c.IdleTimeout <= 0:
-		return field.Errorf("idle_timeout", "%v must be positive", c.IdleTimeout)
-	case c.UpstreamTimeout <= 0:
-		return field.Errorf("upstream_timeout", "%v must be positive", c.UpstreamTimeout)
-	case c.UpstreamIdle <= 0:
-		return field.Errorf("upstream_idle", "%v must be positive", c.UpstreamIdle)
-	case c.MaxConns < 1:
-		return field.Errorf("max_conns", "%d must be at least 1", c.MaxConns)
-	case c.WriteTimeout < 0:
-		return field.Errorf("write_timeout", "%s must not be negative", c.WriteTimeout)
-	case c.MaxConnsPerSubscriber < -1:
-		return field.Errorf("max_conns_per_subscriber", "%d must be -1 (no bound) or more", c.MaxConnsPerSubscriber)
-	case c.HostMismatch != "direct" && c.HostMismatch != "refuse":
-		return field.Errorf("host_mismatch", "%q is not one of direct, refuse", c.HostMismatch)
-	}
-	return nil
+	return field.First(
+		field.Check(c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 64<<10, "max_header_bytes",
+			"%d is outside 1KiB..64KiB (Squid's request_header_max_size)", c.MaxHeaderBytes),
+		field.Positive("read_header_timeout", c.ReadHeaderTimeout),
+		field.Positive("idle_timeout", c.IdleTimeout),
+		field.Positive("upstream_timeout", c.UpstreamTimeout),
+		field.Positive("upstream_idle", c.UpstreamIdle),
+		field.AtLeast("max_conns", c.MaxConns, 1),
+		field.Check(c.WriteTimeout < 0, "write_timeout", "%s must not be negative", c.WriteTimeout),
+		field.Check(c.MaxConnsPerSubscriber < -1, "max_conns_per_subscriber", "%d must be -1 (no bound) or more", c.MaxConnsPerSubscriber),
+		field.Check(!field.OneOf(c.HostMismatch, "direct", "refuse"), "host_mismatch", "%q is not one of direct, refuse", c.HostMismatch),
+	)
 }
 
 // Limits returns the Server's limits: c's, the radio section's socket
@@ -168,19 +159,15 @@ func DefaultHTTPS() HTTPS { return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsP
 // internal/viptls; that a certificate needs pepd's listen.tls is the
 // caller's check.
 func (h HTTPS) Validate() error {
-	switch {
-	case (h.CertFile == "") != (h.KeyFile == ""):
-		return field.Errorf("key_file", "cert_file and key_file go together (one is empty)")
-	case h.URLs && !h.Enabled():
-		return field.Errorf("urls", "needs https.cert_file")
-	case h.Shards < 1 || h.Shards > 16:
-		return field.Errorf("shards", "%d is outside 1..16", h.Shards)
-	case h.MaxStreams < 1 || h.MaxStreams > 1000:
-		return field.Errorf("max_streams", "%d is outside 1..1000", h.MaxStreams)
-	case h.MaxStreamsPerSubscriber < 1:
-		return field.Errorf("max_streams_per_subscriber", "%d must be at least 1", h.MaxStreamsPerSubscriber)
-	case len(h.ShardPorts) > 0 && len(h.ShardPorts) < h.Shards:
-		return field.Errorf("shard_ports", "%d ports for %d shards", len(h.ShardPorts), h.Shards)
+	if err := field.First(
+		field.Check((h.CertFile == "") != (h.KeyFile == ""), "key_file", "cert_file and key_file go together (one is empty)"),
+		field.Check(h.URLs && !h.Enabled(), "urls", "needs https.cert_file"),
+		field.Check(h.Shards < 1 || h.Shards > 16, "shards", "%d is outside 1..16", h.Shards),
+		field.Check(h.MaxStreams < 1 || h.MaxStreams > 1000, "max_streams", "%d is outside 1..1000", h.MaxStreams),
+		field.AtLeast("max_streams_per_subscriber", h.MaxStreamsPerSubscriber, 1),
+		field.Check(len(h.ShardPorts) > 0 && len(h.ShardPorts) < h.Shards, "shard_ports", "%d ports for %d shards", len(h.ShardPorts), h.Shards),
+	); err != nil {
+		return err
 	}
 	for i, n := range h.Names {
 		if err := field.DomainSuffix(n, false); err != nil || strings.HasPrefix(n, ".") || !strings.Contains(n, ".") {

@@ -70,29 +70,20 @@ func DefaultConfig() Config {
 // is the key within the section ("ssim_target"). ExcludeFile must exist
 // (its contents are read by LoadSites).
 func (c Config) Validate() error {
-	switch {
-	case c.Listen != "" && field.HostPort(c.Listen, false) != nil:
-		return field.Errorf("listen", "%w", field.HostPort(c.Listen, false))
-	case c.Enabled && c.Listen == "":
-		return field.Errorf("enabled", "needs optimize.listen (Squid's parent)")
-	case c.SSIMTarget < 0 || c.SSIMTarget > 1:
-		return field.Errorf("ssim_target", "%v is outside 0..1 (0: the fixed rule)", c.SSIMTarget)
-	case c.SSIMTileFloor < 0 || c.SSIMTileFloor > 1:
-		return field.Errorf("ssim_tile_floor", "%v is outside 0..1 (0: none)", c.SSIMTileFloor)
-	case c.Quality < 1 || c.Quality > 100:
-		return field.Errorf("quality", "%d is outside 1..100", c.Quality)
-	case c.MaxPixels < 1:
-		return field.Errorf("max_pixels", "%d must be at least 1", c.MaxPixels)
-	case c.MinSaving < 0 || c.MinSaving >= 1:
-		return field.Errorf("min_saving", "%v is outside 0..1 (0.10: at least 10 %% smaller)", c.MinSaving)
-	case c.MaxBodyBytes < 1024:
-		return field.Errorf("max_body_bytes", "%d is below 1KiB", c.MaxBodyBytes)
-	case c.Workers < 0 || c.Queue < 0:
-		return field.Errorf("workers", "workers and queue must not be negative")
-	case c.Deadline < 0:
-		return field.Errorf("deadline", "%v must not be negative", c.Deadline)
-	case c.ResultBytes < 0:
-		return field.Errorf("result_bytes", "%d must not be negative", c.ResultBytes)
+	if err := field.First(
+		field.Check(c.Listen != "" && field.HostPort(c.Listen, false) != nil, "listen", "%w", field.HostPort(c.Listen, false)),
+		field.Check(c.Enabled && c.Listen == "", "enabled", "needs optimize.listen (Squid's parent)"),
+		field.Check(c.SSIMTarget < 0 || c.SSIMTarget > 1, "ssim_target", "%v is outside 0..1 (0: the fixed rule)", c.SSIMTarget),
+		field.Check(c.SSIMTileFloor < 0 || c.SSIMTileFloor > 1, "ssim_tile_floor", "%v is outside 0..1 (0: none)", c.SSIMTileFloor),
+		field.Check(c.Quality < 1 || c.Quality > 100, "quality", "%d is outside 1..100", c.Quality),
+		field.AtLeast("max_pixels", c.MaxPixels, 1),
+		field.Check(c.MinSaving < 0 || c.MinSaving >= 1, "min_saving", "%v is outside 0..1 (0.10: at least 10 %% smaller)", c.MinSaving),
+		field.Check(c.MaxBodyBytes < 1024, "max_body_bytes", "%d is below 1KiB", c.MaxBodyBytes),
+		field.Check(c.Workers < 0 || c.Queue < 0, "workers", "workers and queue must not be negative"),
+		field.Check(c.Deadline < 0, "deadline", "%v must not be negative", c.Deadline),
+		field.Check(c.ResultBytes < 0, "result_bytes", "%d must not be negative", c.ResultBytes),
+	); err != nil {
+		return err
 	}
 	if c.ExcludeFile != "" {
 		if _, err := os.Stat(c.ExcludeFile); err != nil {

@@ -14,12 +14,14 @@
 package field
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Error is a validation error of one field. Path is dotted and uses the
@@ -127,6 +129,44 @@ func DomainSuffix(s string, star bool) error {
 		if !labelRE.MatchString(l) {
 			return fmt.Errorf("%q is not a domain suffix (label %q)", s, l)
 		}
+	}
+	return nil
+}
+
+// First returns the first non-nil error of errs: a section's Validate
+// lists its checks in order and reports the first that fails.
+func First(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AtLeast returns an *Error for key when v is below min ("0 must be at
+// least 1"), else nil.
+func AtLeast[T cmp.Ordered](key string, v, min T) error {
+	if v < min {
+		return Errorf(key, "%v must be at least %v", v, min)
+	}
+	return nil
+}
+
+// Positive returns an *Error for key when d is not positive ("0s must be
+// positive"), else nil.
+func Positive(key string, d time.Duration) error {
+	if d <= 0 {
+		return Errorf(key, "%v must be positive", d)
+	}
+	return nil
+}
+
+// Check returns an *Error for key with the formatted reason when bad is
+// true, else nil: the general check, for First's lists.
+func Check(bad bool, key, format string, args ...any) error {
+	if bad {
+		return Errorf(key, format, args...)
 	}
 	return nil
 }
