@@ -7,7 +7,9 @@
 // composes them. This package keeps the top-level keys, listen and log,
 // the loading, the unknown-key check with its nearest-key suggestion, and
 // the line-finding of errors: a section's Validate names the key within
-// its section, Validate adds the section, locate the file and line.
+// its section, Validate adds the section, locate the file and line. A
+// setting that SIGHUP cannot change carries `reload:"restart"` on its
+// field (Restarts).
 //
 // Unknown keys are errors, and every error names the file, the line and the
 // field: `pepd: configs/pepd.yaml:12: dns.vip: "10.0.0" is not an IPv4
@@ -79,6 +81,7 @@ type Config struct {
 	// Applied at start and on SIGHUP.
 	Procs int `yaml:"procs"`
 
+	// Listen are pepd's listening addresses.
 	Listen Listen `yaml:"listen" reload:"restart"`
 	// HTTP are the HTTP path's limits and policies (httpproxy.Config).
 	HTTP httpproxy.Config `yaml:"http"`
