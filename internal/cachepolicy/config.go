@@ -34,7 +34,7 @@ type Config struct {
 	// memory cache. Default 1MiB.
 	MemoryMaxObject field.ByteSize `yaml:"memory_max_object"`
 	// StatusTimeout bounds one read of Squid's cache manager (GET /cache,
-	// a /metrics scrape; Manager.Timeout). Default 2s.
+	// a /metrics scrape; squid.Manager.Timeout). Default 2s.
 	StatusTimeout time.Duration `yaml:"status_timeout" reload:"restart"`
 	// MemoryTier is the address (host:port) of a memory-only Squid that
 	// pepctl squid-conf renders as the disk Squid's parent (and, with
