@@ -44,9 +44,15 @@ testbed-clean: build ## remove namespaces and files left by killed testbed runs
 	$(BIN)/testbed clean
 
 QUALITIES ?= 0,75
+# RULES: more settings (testbed quality -rules), e.g. the trade-off curve
+# RULES='t0.93,t0.90,t0.95/f0,t0.93/f0,t0.90/f0,t0.95/f0.90/avif'; SAMPLE=N
+# measures N distinct images drawn with SEED (0: all).
+RULES ?=
+SAMPLE ?= 0
+SEED ?= 1
 
-optimize-quality: deps build ## the optimizer's image quality report over the default pages and tp5n: SSIM, bytes and transform time of pepd's per-image SSIM target (0) against the fixed rule at each quality (QUALITIES=, OUT=)
-	$(BIN)/testbed quality -q '$(QUALITIES)' -out '$(OUT)/quality'
+optimize-quality: deps build ## the optimizer's image quality report over the default pages and tp5n: SSIM, bytes and CPU of pepd's per-image SSIM target (0) against the fixed rule at each quality (QUALITIES=, RULES=, SAMPLE=, SEED=, OUT=)
+	$(BIN)/testbed quality -q '$(QUALITIES)' -rules '$(RULES)' -sample $(SAMPLE) -seed $(SEED) -out '$(OUT)/quality'
 
 cache-trace: deps ## replay a tp5n browsing trace (Zipf pages, fixed seed) through pepd+Squid: admission off, second-hit, second-hit + memory tier (CACHE_TRACE_TIER_MB): disk writes, hit ratios, origin bytes (root)
 	set -o pipefail; PEP_CACHE_TRACE='$(abspath $(CACHE_TRACE_CORPUS))' PEP_CACHE_TRACE_VIEWS=$(CACHE_TRACE_VIEWS) PEP_CACHE_TRACE_TIER_MB=$(CACHE_TRACE_TIER_MB) \

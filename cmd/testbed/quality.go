@@ -22,13 +22,23 @@ func cmdQuality(args []string) error {
 	corpora := fs.String("corpus", defaultQualityCorpora(), `corpora, comma-separated: "default", a tp5n .tar.gz or folder, a WARC, ... (by default tp5n too when ../shared/corpus/tp5n.tar.gz is beside the repository)`)
 	files := fs.String("files", "", "more image files or folders, comma-separated")
 	qs := fs.String("q", "0,75", "rules to compare, comma-separated: 0 is pepd's per-image SSIM target (optimize.ssim_target), 1-100 the fixed rule at that WebP quality (JPEG lossy, PNG and GIF lossless)")
+	rules := fs.String("rules", "", `more rules after -q's, comma-separated: tTARGET[/fFLOOR][/avif], e.g. "t0.93/f0,t0.95/f0.90/avif" (the SSIM target 0.93 without a tile floor; 0.95 with floor 0.90 and AVIF served where smaller); the floor defaults to optimize.DefaultTileFloor`)
+	sample := fs.Int("sample", 0, "measure this many distinct images drawn at random (0: all)")
+	seed := fs.Uint64("seed", 1, "the random sample's seed")
 	out := fs.String("out", "testbed-out/quality", "folder for the image pairs, results.json, images.tsv and report.md")
 	procs := fs.Int("procs", 2, "transcoding goroutines and SSIM worker processes")
 	fs.Parse(args)
 	if fs.NArg() > 0 {
 		return fmt.Errorf("quality: unexpected arguments %q", fs.Args())
 	}
-	o := quality.Options{Corpora: splitList(*corpora), Files: splitList(*files), Work: *out, Procs: *procs, Progress: os.Stderr}
+	o := quality.Options{Corpora: splitList(*corpora), Files: splitList(*files), Work: *out, Procs: *procs, Progress: os.Stderr, Sample: *sample, Seed: *seed}
+	for _, r := range splitList(*rules) {
+		rule, err := quality.ParseRule(r)
+		if err != nil {
+			return err
+		}
+		o.Rules = append(o.Rules, rule)
+	}
 	for _, q := range splitList(*qs) {
 		n, err := strconv.Atoi(q)
 		if err != nil || n < 0 || n > 100 {

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"mime"
 	"os"
 	"os/exec"
@@ -32,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"pep/internal/optimize"
@@ -65,6 +67,15 @@ type Options struct {
 	// is pepd's default, the per-image SSIM target
 	// (optimize.DefaultImageOptions).
 	Qualities []int
+	// Rules are more rules to compare after Qualities' (ParseRule: an SSIM
+	// target, a tile floor, AVIF for requests that accept it); at least
+	// one of Qualities and Rules.
+	Rules []Rule
+	// Sample, when above 0 and below the number of distinct images, keeps
+	// that many of them, drawn at random with Seed (the same seed and
+	// corpora give the same images); 0 keeps all.
+	Sample int
+	Seed   uint64
 	// Work is the folder for the image pairs (orig/, q<N>/), the pair list,
 	// ssim.py, results.json and images.tsv. It is created if missing;
 	// files of an earlier run are overwritten.
@@ -75,6 +86,101 @@ type Options struct {
 	// Progress receives progress lines (counts and elapsed time); nil
 	// discards them.
 	Progress io.Writer
+}
+
+// Rule is one way of transforming every image: the fixed rule at a WebP
+// quality, or the per-image SSIM search at a target and tile floor, with
+// or without AVIF (optimize.AVIF: served instead of the WebP when it is
+// smaller, as pepd does for a request whose Accept names image/avif).
+type Rule struct {
+	// Name is how the tables name it (Rule.String).
+	Name string `json:"name"`
+	// Quality, when above 0, is the fixed rule at that WebP quality
+	// (Target, TileFloor and AVIF unused).
+	Quality int `json:"quality,omitempty"`
+	// Target and TileFloor are optimize.ImageOptions'.
+	Target    float64 `json:"ssim_target,omitempty"`
+	TileFloor float64 `json:"ssim_tile_floor,omitempty"`
+	// AVIF: the AVIF search too, its result served when smaller.
+	AVIF bool `json:"avif,omitempty"`
+}
+
+// String names the rule: "fixed q75", "SSIM 0.95 floor 0.90",
+// "SSIM 0.93 no floor + AVIF".
+func (r Rule) String() string {
+	if r.Quality > 0 {
+		return fmt.Sprintf("fixed q%d", r.Quality)
+	}
+	s := fmt.Sprintf("SSIM %.2f", r.Target)
+	if r.TileFloor > 0 {
+		s += fmt.Sprintf(" floor %.2f", r.TileFloor)
+	} else {
+		s += " no floor"
+	}
+	if r.AVIF {
+		s += " + AVIF"
+	}
+	return s
+}
+
+// options are the image options the rule transforms with (pepd's
+// defaults otherwise).
+func (r Rule) options() optimize.ImageOptions {
+	o := optimize.DefaultImageOptions()
+	if r.Quality > 0 {
+		o.Target, o.Quality, o.MinSaving = 0, r.Quality, 0
+	} else {
+		o.Target, o.TileFloor = r.Target, r.TileFloor
+	}
+	return o
+}
+
+// ParseRule reads a rule: "q75" (or "75") is the fixed rule at WebP
+// quality 75; "0" is pepd's default (optimize.DefaultTarget,
+// DefaultTileFloor); "t0.93" the SSIM target 0.93 with the default tile
+// floor, "t0.93/f0" the same without a floor, "t0.93/f0.85" with floor
+// 0.85; "/avif" appended adds AVIF ("t0.95/f0.90/avif"). Errors: anything
+// else, a quality outside 1-100, a target or floor outside 0-1 (a target
+// of 0 is the fixed rule: write q75).
+func ParseRule(s string) (Rule, error) {
+	bad := func() (Rule, error) {
+		return Rule{}, fmt.Errorf("quality: rule %q: want q1-q100, 0 (pepd's default), or tTARGET[/fFLOOR][/avif], e.g. t0.93/f0/avif", s)
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(s, "q")); err == nil {
+		switch {
+		case n == 0 && s == "0":
+			r := Rule{Target: optimize.DefaultTarget, TileFloor: optimize.DefaultTileFloor}
+			r.Name = r.String()
+			return r, nil
+		case n >= 1 && n <= 100:
+			r := Rule{Quality: n}
+			r.Name = r.String()
+			return r, nil
+		}
+		return bad()
+	}
+	r := Rule{TileFloor: optimize.DefaultTileFloor}
+	for i, part := range strings.Split(s, "/") {
+		var err error
+		switch {
+		case i == 0 && strings.HasPrefix(part, "t"):
+			r.Target, err = strconv.ParseFloat(part[1:], 64)
+			if err != nil || !(r.Target > 0 && r.Target <= 1) {
+				return bad()
+			}
+		case i > 0 && strings.HasPrefix(part, "f"):
+			r.TileFloor, err = strconv.ParseFloat(part[1:], 64)
+			if err != nil || r.TileFloor < 0 || r.TileFloor > 1 {
+				return bad()
+			}
+		case i > 0 && part == "avif":
+			r.AVIF = true
+		default:
+			return bad()
+		}
+	}
+	r.Name = r.String()
+	return r, nil
 }
 
 // Target in Options.Qualities names pepd's default rule, the per-image
@@ -109,6 +215,14 @@ type Column struct {
 	Median float64 `json:"ssim_median"`
 	P5     float64 `json:"ssim_p5"`
 	Min    float64 `json:"ssim_min"`
+	// CPUMsPerImage is the optimizer process's CPU time (user + system,
+	// every thread: libvips's and libaom's too) while the rule ran over
+	// all images, in milliseconds per image Decoded: the rules run one
+	// after another, so this is each rule's own CPU, whatever else the
+	// machine runs.
+	CPUMsPerImage float64 `json:"cpu_ms_per_image"`
+	// AVIF is the number of images served as AVIF (rules with AVIF).
+	AVIF int `json:"avif,omitempty"`
 	// Decoded is the number of images the transform decoded and encoded
 	// at least once (optimize.ImageResult.Encodes > 0); MsMean, MsMedian
 	// and MsP99 are the transform's wall time per such image in
@@ -125,6 +239,7 @@ type Column struct {
 // format ("jpeg", "png", "gif").
 type Stats struct {
 	Quality int    `json:"quality"`
+	Rule    string `json:"rule"`
 	Format  string `json:"format,omitempty"`
 	// Images is the number of distinct images counted.
 	Images int `json:"images"`
@@ -139,6 +254,9 @@ type Stats struct {
 type Outcome struct {
 	// Quality is the WebP quality (Target: the per-image SSIM search).
 	Quality int `json:"quality"`
+	// AVIF: the image is served as AVIF (a rule with AVIF, and the AVIF
+	// was smaller than the WebP); WebP is then the AVIF's size.
+	AVIF bool `json:"avif,omitempty"`
 	// Lossless and Chosen are the WebP's kind (Chosen: its lossy quality);
 	// Search is the SSIM the search measured itself (0 for a fixed rule).
 	Lossless bool    `json:"lossless,omitempty"`
@@ -176,7 +294,7 @@ type Image struct {
 	// refused it); both "" when never measured.
 	Size string `json:"size,omitempty"`
 	Mode string `json:"mode,omitempty"`
-	// Outcomes follow Report.Qualities' order.
+	// Outcomes follow Report.Rules' order.
 	Outcomes []Outcome `json:"outcomes"`
 }
 
@@ -189,6 +307,9 @@ type Report struct {
 	// Qualities are Options.Qualities in order; Overall[i] and
 	// ByFormat[f][i] are Qualities[i]'s figures.
 	Qualities []int              `json:"qualities"`
+	Rules     []Rule             `json:"rules"`
+	Sample    int                `json:"sample,omitempty"`
+	Seed      uint64             `json:"seed,omitempty"`
 	Overall   []Stats            `json:"overall"`
 	ByFormat  map[string][]Stats `json:"by_format"`
 	// Distinct is the number of distinct images (by SHA-256 of the
@@ -205,11 +326,14 @@ type Report struct {
 	// Modes counts the measured images (an SSIM at some quality) by
 	// Image.Mode.
 	Modes map[string]int `json:"modes"`
-	// Default is the best rule of Qualities: the one with the fewest image
+	// Default is the best rule's Quality (0 for an SSIM target rule; see
+	// DefaultRule): the one with the fewest image
 	// bytes as served (Served.ServedOut) among those whose Served median
 	// SSIM >= MinMedian and 5th percentile >= MinP5 (Target is one); -1
 	// when none qualifies.
 	Default int `json:"default"`
+	// DefaultRule is the best rule's name ("" when none qualifies).
+	DefaultRule string `json:"default_rule"`
 	// Elapsed is the run's wall time in seconds.
 	Elapsed float64 `json:"elapsed_s"`
 	// Images are the distinct images, in the order first seen.
@@ -252,13 +376,25 @@ func CheckPython() error {
 // (CheckPython), ssim.py failing or answering out of shape, ctx done.
 func Run(ctx context.Context, o Options) (Report, error) {
 	start := time.Now()
-	if len(o.Qualities) == 0 {
+	if len(o.Qualities) == 0 && len(o.Rules) == 0 {
 		return Report{}, errors.New("quality: no qualities")
 	}
+	var rules []Rule
 	for _, q := range o.Qualities {
 		if q != Target && (q < 1 || q > 100) {
 			return Report{}, fmt.Errorf("quality: quality %d not in 1-100 (or 0: the SSIM target)", q)
 		}
+		r, _ := ParseRule(strconv.Itoa(q))
+		rules = append(rules, r)
+	}
+	for _, r := range o.Rules {
+		if r.Quality == 0 && !(r.Target > 0 && r.Target <= 1 && r.TileFloor >= 0 && r.TileFloor <= 1) || r.Quality < 0 || r.Quality > 100 {
+			return Report{}, fmt.Errorf("quality: rule %+v: a quality 1-100, or a target in (0, 1] and a floor in [0, 1]", r)
+		}
+		if r.Name == "" {
+			r.Name = r.String()
+		}
+		rules = append(rules, r)
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -269,12 +405,26 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err := CheckPython(); err != nil {
 		return Report{}, err
 	}
-	rep := Report{Corpora: o.Corpora, Files: o.Files, Qualities: slices.Clone(o.Qualities), ByFormat: map[string][]Stats{}}
+	rep := Report{Corpora: o.Corpora, Files: o.Files, Rules: rules, ByFormat: map[string][]Stats{}, Sample: o.Sample, Seed: o.Seed}
+	for _, r := range rules {
+		rep.Qualities = append(rep.Qualities, r.Quality)
+	}
 	imgs, err := collect(o, &rep, start)
 	if err != nil {
 		return Report{}, err
 	}
 	rep.Distinct = len(imgs)
+	if o.Sample > 0 && o.Sample < len(imgs) {
+		rng := rand.New(rand.NewPCG(o.Seed, 27))
+		keep := rng.Perm(len(imgs))[:o.Sample]
+		slices.Sort(keep)
+		sample := make([]img, len(keep))
+		for i, k := range keep {
+			sample[i] = imgs[k]
+		}
+		imgs = sample
+		fmt.Fprintf(o.Progress, "quality: a sample of %d of the %d distinct images (seed %d)\n", len(imgs), rep.Distinct, o.Seed)
+	}
 	if err := os.MkdirAll(o.Work, 0o755); err != nil {
 		return Report{}, err
 	}
@@ -282,16 +432,16 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	minSaving := optimize.DefaultImageOptions().MinSaving
 	rep.Images = make([]Image, len(imgs))
 	for i, im := range imgs {
-		rep.Images[i] = Image{Name: im.name, Format: im.format, Bytes: len(im.body), Outcomes: make([]Outcome, len(o.Qualities))}
+		rep.Images[i] = Image{Name: im.name, Format: im.format, Bytes: len(im.body), Outcomes: make([]Outcome, len(rules))}
 	}
-	list, pairs, err := transcodeAll(ctx, o, imgs, rep.Images, minSaving, start)
+	cpu, list, pairs, err := transcodeAll(ctx, o, rules, imgs, rep.Images, minSaving, start)
 	if err != nil {
 		return Report{}, err
 	}
 	if err := measure(ctx, o, list, pairs, rep.Images, start); err != nil {
 		return Report{}, err
 	}
-	rep.summarize(minSaving)
+	rep.summarize(minSaving, cpu)
 	rep.Elapsed = time.Since(start).Seconds()
 	if err := rep.write(o.Work); err != nil {
 		return Report{}, err
@@ -364,85 +514,101 @@ func collect(o Options, rep *Report, start time.Time) ([]img, error) {
 	return out, nil
 }
 
-// transcodeAll runs optimize.Image on every image at every quality with
-// MinSaving 0 and derives pepd's outcome at minSaving from the same WebP
-// (Image's rule: served when len(webp) <= len(original)*(1-MinSaving));
-// it writes the originals and WebPs to transform and the pair list, and
-// returns the list's path and its number of pairs.
-func transcodeAll(ctx context.Context, o Options, imgs []img, rows []Image, minSaving float64, start time.Time) (string, int, error) {
+// transcodeAll runs every rule over every image, one rule after another
+// (Options.Procs images at once), with MinSaving 0 for the fixed rules
+// and derives pepd's outcome at minSaving from the same WebP (Image's
+// rule: served when len(webp) <= len(original)*(1-MinSaving)); it writes
+// the originals and the served files (the WebP, or a PNG of an AVIF's
+// pixels as libvips decodes them) and the pair list, and returns each
+// rule's process CPU time in seconds, the list's path and its number of
+// pairs.
+func transcodeAll(ctx context.Context, o Options, rules []Rule, imgs []img, rows []Image, minSaving float64, start time.Time) ([]float64, string, int, error) {
 	origDir := filepath.Join(o.Work, "orig")
-	dirs := make([]string, len(o.Qualities))
-	for j, q := range o.Qualities {
-		dirs[j] = filepath.Join(o.Work, fmt.Sprintf("q%d", q))
-		if q == Target {
-			dirs[j] = filepath.Join(o.Work, "target")
-		}
+	dirs := make([]string, len(rules))
+	for j := range rules {
+		dirs[j] = filepath.Join(o.Work, fmt.Sprintf("rule%d", j))
 	}
 	for _, d := range append([]string{origDir}, dirs...) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return "", 0, err
+			return nil, "", 0, err
 		}
 	}
-	total := len(imgs) * len(o.Qualities)
-	fmt.Fprintf(o.Progress, "quality: transcoding %d images at %d qualities (%d transforms, %d at once)\n", len(imgs), len(o.Qualities), total, o.Procs)
+	total := len(imgs) * len(rules)
+	fmt.Fprintf(o.Progress, "quality: transcoding %d images by %d rules, one rule after another (%d transforms, %d at once)\n", len(imgs), len(rules), total, o.Procs)
 	var (
 		mu       sync.Mutex
 		done     int
 		firstErr error
 		lastLog  = time.Now()
 	)
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range o.Procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				err := transcodeOne(o, imgs[i], &rows[i], i, origDir, dirs, minSaving)
-				mu.Lock()
-				done += len(o.Qualities)
-				if err != nil && firstErr == nil {
-					firstErr = err
+	cpu := make([]float64, len(rules))
+	for j := range rules {
+		before := cpuSeconds()
+		work := make(chan int)
+		var wg sync.WaitGroup
+		for range o.Procs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range work {
+					err := transcodeOne(rules[j], imgs[i], &rows[i], i, j, origDir, dirs[j], minSaving)
+					mu.Lock()
+					done++
+					if err != nil && firstErr == nil {
+						firstErr = err
+					}
+					if time.Since(lastLog) >= 15*time.Second {
+						lastLog = time.Now()
+						fmt.Fprintf(o.Progress, "quality: transcoded %d/%d (%s, rule %s)\n", done, total, since(start), rules[j].Name)
+					}
+					mu.Unlock()
 				}
-				if time.Since(lastLog) >= 15*time.Second {
-					lastLog = time.Now()
-					fmt.Fprintf(o.Progress, "quality: transcoded %d/%d (%s)\n", done, total, since(start))
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-feed:
-	for i := range imgs {
-		select {
-		case work <- i:
-		case <-ctx.Done():
-			break feed
+			}()
 		}
-	}
-	close(work)
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return "", 0, err
-	}
-	if firstErr != nil {
-		return "", 0, firstErr
+	feed:
+		for i := range imgs {
+			select {
+			case work <- i:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+		close(work)
+		wg.Wait()
+		cpu[j] = cpuSeconds() - before
+		if err := ctx.Err(); err != nil {
+			return nil, "", 0, err
+		}
+		if firstErr != nil {
+			return nil, "", 0, firstErr
+		}
 	}
 	fmt.Fprintf(o.Progress, "quality: transcoded %d/%d (%s)\n", done, total, since(start))
 
 	var list bytes.Buffer
 	pairs := 0
 	for i := range rows {
-		for j := range o.Qualities {
-			if rows[i].Outcomes[j].SkipAny != "" {
+		for j := range rules {
+			oc := rows[i].Outcomes[j]
+			if oc.SkipAny != "" {
 				continue
 			}
-			fmt.Fprintf(&list, "%d:%d\t%s\t%s\n", i, j, origPath(origDir, i, imgs[i].format), webpPath(dirs[j], i))
+			fmt.Fprintf(&list, "%d:%d\t%s\t%s\n", i, j, origPath(origDir, i, imgs[i].format), servedPath(dirs[j], i, oc.AVIF))
 			pairs++
 		}
 	}
 	path := filepath.Join(o.Work, "pairs.tsv")
-	return path, pairs, os.WriteFile(path, list.Bytes(), 0o644)
+	return cpu, path, pairs, os.WriteFile(path, list.Bytes(), 0o644)
+}
+
+// cpuSeconds is this process's CPU time so far (user + system, all
+// threads), in seconds.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func origPath(dir string, i int, format string) string {
@@ -451,37 +617,55 @@ func origPath(dir string, i int, format string) string {
 
 func webpPath(dir string, i int) string { return filepath.Join(dir, fmt.Sprintf("%06d.webp", i)) }
 
-// transcodeOne fills row's outcomes for image i and writes its files.
-func transcodeOne(o Options, im img, row *Image, i int, origDir string, dirs []string, minSaving float64) error {
-	wrote := false
-	for j, q := range o.Qualities {
-		opts := optimize.DefaultImageOptions()
-		if q != Target {
-			opts.Target, opts.Quality, opts.MinSaving = 0, q, 0
-		}
-		start := time.Now()
-		res := optimize.Image(im.body, opts)
-		oc := Outcome{Quality: q, Skip: res.Skip, SkipAny: res.Skip, Lossless: res.Lossless, Chosen: res.Quality, Search: res.SSIM,
-			Ms: float64(time.Since(start).Microseconds()) / 1000, Encodes: res.Encodes}
-		// The search runs with pepd's minimum saving (it bounds the
-		// candidates): both columns are pepd's outcome.
-		if res.Skip == "" {
-			oc.WebP = len(res.Body)
-			if float64(len(res.Body)) > float64(len(im.body))*(1-minSaving) {
-				oc.Skip = optimize.SkipNotSmaller
-			}
-			if err := os.WriteFile(webpPath(dirs[j], i), res.Body, 0o644); err != nil {
-				return err
-			}
-			if !wrote {
-				if err := os.WriteFile(origPath(origDir, i, im.format), im.body, 0o644); err != nil {
-					return err
-				}
-				wrote = true
-			}
-		}
-		row.Outcomes[j] = oc
+// servedPath is the file ssim.py compares: the WebP, or for an AVIF a PNG
+// of its pixels (Debian's Pillow reads no AVIF).
+func servedPath(dir string, i int, avif bool) string {
+	if avif {
+		return filepath.Join(dir, fmt.Sprintf("%06d.avif.png", i))
 	}
+	return webpPath(dir, i)
+}
+
+// transcodeOne fills row's outcome j (rule r) for image i and writes its
+// files.
+func transcodeOne(r Rule, im img, row *Image, i, j int, origDir, dir string, minSaving float64) error {
+	opts := r.options()
+	start := time.Now()
+	res := optimize.Image(im.body, opts)
+	avif := false
+	if r.AVIF {
+		a := optimize.AVIF(im.body, opts, res)
+		if a.Skip == "" {
+			res.Body, res.Lossless, res.Quality, res.SSIM, avif = a.Body, false, a.Quality, a.SSIM, true
+			res.Skip = ""
+		}
+		res.Encodes += a.Encodes
+	}
+	oc := Outcome{Quality: r.Quality, AVIF: avif, Skip: res.Skip, SkipAny: res.Skip, Lossless: res.Lossless, Chosen: res.Quality, Search: res.SSIM,
+		Ms: float64(time.Since(start).Microseconds()) / 1000, Encodes: res.Encodes}
+	// The search runs with pepd's minimum saving (it bounds the
+	// candidates): both columns are pepd's outcome.
+	if res.Skip == "" {
+		oc.WebP = len(res.Body)
+		if float64(len(res.Body)) > float64(len(im.body))*(1-minSaving) {
+			oc.Skip = optimize.SkipNotSmaller
+		}
+		body := res.Body
+		if avif {
+			png, err := optimize.ToPNG(res.Body)
+			if err != nil {
+				return fmt.Errorf("quality: %s: AVIF: %w", im.name, err)
+			}
+			body = png
+		}
+		if err := os.WriteFile(servedPath(dir, i, avif), body, 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(origPath(origDir, i, im.format), im.body, 0o644); err != nil {
+			return err
+		}
+	}
+	row.Outcomes[j] = oc
 	return nil
 }
 
@@ -562,7 +746,7 @@ func record(line string, rows []Image) error {
 }
 
 // summarize computes Overall, ByFormat and Default from Images.
-func (r *Report) summarize(minSaving float64) {
+func (r *Report) summarize(minSaving float64, cpu []float64) {
 	fmts := map[string]bool{}
 	for _, im := range r.Images {
 		fmts[im.Format] = true
@@ -570,7 +754,12 @@ func (r *Report) summarize(minSaving float64) {
 	r.Overall = nil
 	r.ByFormat = map[string][]Stats{}
 	for j, q := range r.Qualities {
-		r.Overall = append(r.Overall, r.stats(j, q, "", minSaving))
+		s := r.stats(j, q, "", minSaving)
+		if j < len(cpu) && s.Served.Decoded > 0 {
+			s.Served.CPUMsPerImage = 1000 * cpu[j] / float64(s.Served.Decoded)
+			s.Any.CPUMsPerImage = s.Served.CPUMsPerImage
+		}
+		r.Overall = append(r.Overall, s)
 		for f := range fmts {
 			r.ByFormat[f] = append(r.ByFormat[f], r.stats(j, q, f, minSaving))
 		}
@@ -581,7 +770,7 @@ func (r *Report) summarize(minSaving float64) {
 			r.Modes[im.Mode]++
 		}
 	}
-	r.Default = -1
+	r.Default, r.DefaultRule = -1, ""
 	best := -1
 	for i, s := range r.Overall {
 		c := s.Served
@@ -590,13 +779,13 @@ func (r *Report) summarize(minSaving float64) {
 		}
 	}
 	if best >= 0 {
-		r.Default = r.Qualities[best]
+		r.Default, r.DefaultRule = r.Qualities[best], r.Rules[best].Name
 	}
 }
 
 // stats is quality index j's figures over the images of format (all for "").
 func (r *Report) stats(j, q int, format string, minSaving float64) Stats {
-	s := Stats{Quality: q, Format: format}
+	s := Stats{Quality: q, Rule: r.Rules[j].Name, Format: format}
 	s.Served = Column{MinSaving: minSaving, Skipped: map[string]int{}, Unmeasured: map[string]int{}}
 	s.Any = Column{MinSaving: 0, Skipped: map[string]int{}, Unmeasured: map[string]int{}}
 	var served, anyv, ms []float64
@@ -618,6 +807,9 @@ func (r *Report) stats(j, q int, format string, minSaving float64) Stats {
 				return
 			}
 			c.Transformed++
+			if oc.AVIF {
+				c.AVIF++
+			}
 			c.BytesIn += int64(im.Bytes)
 			c.BytesOut += int64(oc.WebP)
 			c.ServedOut += int64(oc.WebP)
@@ -676,26 +868,18 @@ func (r Report) write(dir string) error {
 		return err
 	}
 	var t bytes.Buffer
-	t.WriteString("image\tname\tformat\tsize\tmode\tbytes\tquality\twebp_bytes\tskip\tskip_min_saving_0\tssim\tno_ssim\n")
+	t.WriteString("image\tname\tformat\tsize\tmode\tbytes\tquality\twebp_bytes\tskip\tskip_min_saving_0\tssim\tno_ssim\trule\tavif\n")
 	for i, im := range r.Images {
-		for _, oc := range im.Outcomes {
+		for j, oc := range im.Outcomes {
 			ssim := ""
 			if oc.SkipAny == "" && oc.NoSSIM == "" {
 				ssim = strconv.FormatFloat(oc.SSIM, 'f', 6, 64)
 			}
-			fmt.Fprintf(&t, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", i, tsv(im.Name), im.Format, im.Size, im.Mode, im.Bytes,
-				oc.Quality, oc.WebP, oc.Skip, oc.SkipAny, ssim, oc.NoSSIM)
+			fmt.Fprintf(&t, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%v\n", i, tsv(im.Name), im.Format, im.Size, im.Mode, im.Bytes,
+				oc.Quality, oc.WebP, oc.Skip, oc.SkipAny, ssim, oc.NoSSIM, r.Rules[j].Name, oc.AVIF)
 		}
 	}
 	return os.WriteFile(filepath.Join(dir, "images.tsv"), t.Bytes(), 0o644)
-}
-
-// ruleName names a rule of Options.Qualities in the tables.
-func ruleName(q int) string {
-	if q == Target {
-		return fmt.Sprintf("SSIM target %.2f", optimize.DefaultTarget)
-	}
-	return fmt.Sprintf("fixed q%d", q)
 }
 
 func tsv(s string) string { return strings.NewReplacer("\t", " ", "\n", " ").Replace(s) }
@@ -742,6 +926,9 @@ func (r Report) Markdown() string {
 	src := strings.Join(append(slices.Clone(r.Corpora), r.Files...), ", ")
 	fmt.Fprintf(&b, "Images of %s: %d distinct JPEG/PNG/GIF (by content; %d duplicate objects dropped",
 		src, r.Distinct, r.Duplicates)
+	if r.Sample > 0 && r.Sample < r.Distinct {
+		fmt.Fprintf(&b, "; a sample of %d drawn at random with seed %d is measured", len(r.Images), r.Seed)
+	}
 	if r.TypeMismatch > 0 {
 		fmt.Fprintf(&b, "; %d with a Content-Type pepd would not transform, counted anyway", r.TypeMismatch)
 	}
@@ -754,23 +941,23 @@ func (r Report) Markdown() string {
 		return b.String()
 	}
 	fmt.Fprintf(&b, "As pepd serves them (minimum saving %.0f %%; skipped images are served as they are and not in the SSIM):\n\n", 100*r.Overall[0].Served.MinSaving)
-	b.WriteString("| rule | transformed | skipped | all image bytes as served | transformed: in -> out | SSIM median | SSIM p5 | SSIM min | no SSIM | ms per image: mean, median, p99 (encodes) |\n")
-	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---|---|\n")
+	b.WriteString("| rule | transformed (AVIF) | skipped | all image bytes as served | transformed: in -> out | SSIM median | SSIM p5 | SSIM min | no SSIM | CPU ms per image | wall ms per image: mean, median, p99 (encodes) |\n")
+	b.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---|---:|---|\n")
 	for _, s := range r.Overall {
 		c := s.Served
 		mark := ""
-		if s.Quality == r.Default {
+		if s.Rule == r.DefaultRule {
 			mark = " **best**"
 		}
-		fmt.Fprintf(&b, "| %s%s | %d of %d | %s | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s | %s | %.1f, %.1f, %.1f (%d over %d images) |\n",
-			ruleName(s.Quality), mark, c.Transformed, s.Images, countList(c.Skipped),
+		fmt.Fprintf(&b, "| %s%s | %d of %d (%d) | %s | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s | %s | %.1f | %.1f, %.1f, %.1f (%d over %d images) |\n",
+			s.Rule, mark, c.Transformed, s.Images, c.AVIF, countList(c.Skipped),
 			mb(c.ServedIn), mb(c.ServedOut), pct(c.ServedOut, c.ServedIn),
 			mb(c.BytesIn), mb(c.BytesOut), pct(c.BytesOut, c.BytesIn),
 			ssimCell(c, c.Median), ssimCell(c, c.P5), ssimCell(c, c.Min), countList(c.Unmeasured),
-			c.MsMean, c.MsMedian, c.MsP99, c.Encodes, c.Decoded)
+			c.CPUMsPerImage, c.MsMean, c.MsMedian, c.MsP99, c.Encodes, c.Decoded)
 	}
-	for j, q := range r.Qualities {
-		if q != Target {
+	for j, rule := range r.Rules {
+		if rule.Quality > 0 {
 			continue
 		}
 		chosen := map[string]int{}
@@ -778,14 +965,15 @@ func (r Report) Markdown() string {
 			oc := im.Outcomes[j]
 			switch {
 			case oc.Skip != "":
+			case oc.AVIF:
+				chosen[fmt.Sprintf("avif q%03d", oc.Chosen)]++
 			case oc.Lossless:
 				chosen["lossless"]++
 			default:
 				chosen[fmt.Sprintf("q%03d", oc.Chosen)]++
 			}
 		}
-		fmt.Fprintf(&b, "\nWebP chosen by the SSIM target (%.2f, tile floor %.2f) for the images it transformed: %s.\n",
-			optimize.DefaultTarget, optimize.DefaultTileFloor, countList(chosen))
+		fmt.Fprintf(&b, "\nChosen by %s for the images it transformed: %s.\n", rule.Name, countList(chosen))
 	}
 	b.WriteString("\nWith a minimum saving of 0 (every WebP not larger than its original):\n\n")
 	b.WriteString("| quality | transformed | all image bytes as served | transformed: in -> out | SSIM median | SSIM p5 | SSIM min |\n")
@@ -793,7 +981,7 @@ func (r Report) Markdown() string {
 	for _, s := range r.Overall {
 		c := s.Any
 		fmt.Fprintf(&b, "| %s | %d of %d | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s |\n",
-			ruleName(s.Quality), c.Transformed, s.Images, mb(c.ServedIn), mb(c.ServedOut), pct(c.ServedOut, c.ServedIn),
+			s.Rule, c.Transformed, s.Images, mb(c.ServedIn), mb(c.ServedOut), pct(c.ServedOut, c.ServedIn),
 			mb(c.BytesIn), mb(c.BytesOut), pct(c.BytesOut, c.BytesIn), ssimCell(c, c.Median), ssimCell(c, c.P5), ssimCell(c, c.Min))
 	}
 	b.WriteString("\nBy format, as pepd serves them:\n\n")
@@ -808,7 +996,7 @@ func (r Report) Markdown() string {
 		for _, s := range r.ByFormat[f] {
 			c := s.Served
 			fmt.Fprintf(&b, "| %s | %s | %d of %d | %s | %s -> %s (%s) | %s -> %s (%s) | %s | %s | %s |\n",
-				f, ruleName(s.Quality), c.Transformed, s.Images, countList(c.Skipped),
+				f, s.Rule, c.Transformed, s.Images, countList(c.Skipped),
 				mb(c.ServedIn), mb(c.ServedOut), pct(c.ServedOut, c.ServedIn),
 				mb(c.BytesIn), mb(c.BytesOut), pct(c.BytesOut, c.BytesIn),
 				ssimCell(c, c.Median), ssimCell(c, c.P5), ssimCell(c, c.Min))
@@ -816,7 +1004,7 @@ func (r Report) Markdown() string {
 	}
 	if r.Default >= 0 {
 		fmt.Fprintf(&b, "\nBest: %s, the setting with the fewest image bytes as served whose median SSIM >= %.2f and 5th percentile >= %.2f.\n",
-			ruleName(r.Default), MinMedian, MinP5)
+			r.DefaultRule, MinMedian, MinP5)
 	} else {
 		fmt.Fprintf(&b, "\nNo quality tried has median SSIM >= %.2f and 5th percentile >= %.2f: no default chosen.\n", MinMedian, MinP5)
 	}
