@@ -56,6 +56,18 @@ type Config struct {
 	// ExcludeFile lists sites never transformed, one host name per line
 	// (subdomains included; LoadSites); re-read on SIGHUP. Default none.
 	ExcludeFile string `yaml:"exclude_file"`
+	// AVIF serves an image as AVIF to a request whose Accept names
+	// image/avif when the AVIF at ssim_target is smaller than the WebP,
+	// encoded behind the response (the WebP first, unstored, the AVIF to
+	// the next miss: AVIFOptions). Needs ssim_target above 0. Default
+	// false.
+	AVIF bool `yaml:"avif"`
+	// AVIFWorkers is how many AVIF searches run at once, beside workers.
+	// 0: 1.
+	AVIFWorkers int `yaml:"avif_workers"`
+	// AVIFQueue bounds the AVIF searches waiting; beyond it the WebP is
+	// served and stored. 0: DefaultAVIFQueue (32).
+	AVIFQueue int `yaml:"avif_queue"`
 }
 
 // DefaultConfig returns the optimize section's defaults.
@@ -82,6 +94,8 @@ func (c Config) Validate() error {
 		field.Check(c.Workers < 0 || c.Queue < 0, "workers", "workers and queue must not be negative"),
 		field.Check(c.Deadline < 0, "deadline", "%v must not be negative", c.Deadline),
 		field.Check(c.ResultBytes < 0, "result_bytes", "%d must not be negative", c.ResultBytes),
+		field.Check(c.AVIF && c.SSIMTarget == 0, "avif", "needs optimize.ssim_target above 0 (AVIF is chosen by the SSIM target)"),
+		field.Check(c.AVIFWorkers < 0 || c.AVIFQueue < 0, "avif_workers", "avif_workers and avif_queue must not be negative"),
 	); err != nil {
 		return err
 	}
@@ -94,7 +108,7 @@ func (c Config) Validate() error {
 }
 
 // Options returns the Options of New that c sets (the image transform,
-// the body bound, the workers, queue, deadline and result store); the
+// the body bound, the workers, queue, deadline, result store and AVIF); the
 // caller adds Lookup, Control, UpstreamTimeout, Metrics and Log.
 func (c Config) Options() Options {
 	return Options{
@@ -102,5 +116,6 @@ func (c Config) Options() Options {
 			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
 		MaxBodyBytes: int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, Deadline: c.Deadline,
 		ResultBytes: int64(c.ResultBytes),
+		AVIF:        AVIFOptions{Enabled: c.AVIF, Workers: c.AVIFWorkers, Queue: c.AVIFQueue},
 	}
 }

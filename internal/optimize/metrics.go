@@ -17,6 +17,8 @@ type Metrics struct {
 	depth      prometheus.Gauge
 	served     *prometheus.CounterVec // transform, cache (hit|miss)
 	reuse      *prometheus.CounterVec // transform
+	avifs      *prometheus.CounterVec // outcome
+	avifDepth  prometheus.Gauge
 }
 
 // NewMetrics registers the optimizer's series with reg:
@@ -28,6 +30,8 @@ type Metrics struct {
 //	pep_optimize_queue_depth                             transforms waiting for a worker
 //	pep_optimize_served_total{transform,cache}           transformed variants sent to subscribers, Squid hit or miss
 //	pep_optimize_results_reused_total{transform}         misses answered from a finished transform (deferred before), no transform run
+//	pep_optimize_avif_total{outcome}                     image requests that accept AVIF, by outcome (AVIFServed, AVIFLarger, AVIFPending, AVIFOverload)
+//	pep_optimize_avif_queue_depth                        AVIF searches waiting for an AVIF worker
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "bytes_total",
@@ -38,15 +42,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Bodies of optimizable requests passed untouched, by reason."}, []string{"reason"}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "pep", Subsystem: "optimize", Name: "transform_seconds",
 			Help:    "Time in one transform (decode, encode), seconds.",
-			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1}}, []string{"transform"}),
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5}}, []string{"transform"}),
 		depth: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "queue_depth",
 			Help: "Transforms waiting for a worker."}),
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "served_total",
 			Help: "Transformed variants sent to subscribers, by Squid's cache result (hit: no transform ran)."}, []string{"transform", "cache"}),
 		reuse: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "results_reused_total",
 			Help: "Misses answered from a transform finished earlier (one that was deferred, or a body seen before): no transform ran."}, []string{"transform"}),
+		avifs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "avif_total",
+			Help: "Image requests accepting AVIF whose WebP outcome was known, by outcome: served (AVIF smaller), larger (WebP or original kept), pending (AVIF encoding: served unstored), overload (AVIF queue full)."}, []string{"outcome"}),
+		avifDepth: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "avif_queue_depth",
+			Help: "AVIF searches waiting for an AVIF worker."}),
 	}
-	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse} {
+	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -69,6 +77,18 @@ func (m *Metrics) reused(transform string) {
 func (m *Metrics) queueDepth(d float64) {
 	if m != nil {
 		m.depth.Add(d)
+	}
+}
+
+func (m *Metrics) avif(outcome string) {
+	if m != nil {
+		m.avifs.WithLabelValues(outcome).Inc()
+	}
+}
+
+func (m *Metrics) avifQueueDepth(d float64) {
+	if m != nil {
+		m.avifDepth.Add(d)
 	}
 }
 

@@ -197,3 +197,85 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// TestAVIFStarField: the star field meets the per-image floor in AVIF
+// too: the AVIF served is smaller than the WebP the search chose, and its
+// SSIM, measured again here from the decoded AVIF, reaches the target with
+// every tile at or above the floor.
+func TestAVIFStarField(t *testing.T) {
+	in := readTestdata(t, "starfield.jpg")
+	o := DefaultImageOptions()
+	webp := Image(in, o)
+	if webp.Skip != "" {
+		t.Fatalf("webp: %s", webp.Skip)
+	}
+	res := AVIF(in, o, webp)
+	if res.Skip != "" || res.ContentType != TypeAVIF || res.Lossless {
+		t.Fatalf("skip %q, type %q: want an AVIF", res.Skip, res.ContentType)
+	}
+	if len(res.Body) >= len(webp.Body) {
+		t.Errorf("AVIF %d bytes, WebP %d: want smaller", len(res.Body), len(webp.Body))
+	}
+	if !bytes.Equal(res.Body[4:12], []byte("ftypavif")) {
+		t.Errorf("body starts %q: not an AVIF file", res.Body[:12])
+	}
+	s := measured(t, in, res.Body)
+	if s < o.Target || res.WorstTile < o.TileFloor || abs(s-res.SSIM) > 1e-9 {
+		t.Errorf("AVIF q%d: SSIM %.4f (search said %.4f), worst tile %.4f: want >= %.2f, >= %.2f", res.Quality, s, res.SSIM, res.WorstTile, o.Target, o.TileFloor)
+	}
+	if res.Encodes < 1 || res.Encodes > 5 {
+		t.Errorf("%d AVIF encodes: want 1-5 (a binary search over %d qualities)", res.Encodes, len(AVIFQualities))
+	}
+	t.Logf("WebP q%d %d bytes; AVIF q%d %d bytes, SSIM %.4f, worst tile %.4f, %d encodes", webp.Quality, len(webp.Body), res.Quality, len(res.Body), s, res.WorstTile, res.Encodes)
+}
+
+// TestAVIFLargerStaysWebP: where no AVIF at the target is smaller than the
+// WebP (a flat graphic and a palette PNG, both lossless WebP: AV1's lossy
+// coding does not reach the target and floor on flat colours and text
+// below the lossless WebP's size), AVIF gives nothing and the WebP is
+// what is served. With target 0 (the fixed rule) there is no AVIF at all,
+// and an image under 7x7 pixels (no SSIM window) gets none.
+func TestAVIFLargerStaysWebP(t *testing.T) {
+	o := DefaultImageOptions()
+	for name, in := range map[string][]byte{"banner": banner(t), "palette.png": readTestdata(t, "palette.png")} {
+		webp := Image(in, o)
+		if webp.Skip != "" || !webp.Lossless {
+			t.Fatalf("%s: webp skip %q lossless %v", name, webp.Skip, webp.Lossless)
+		}
+		res := AVIF(in, o, webp)
+		if res.Skip != SkipNotSmaller || res.ContentType != "" || !bytes.Equal(res.Body, in) {
+			t.Errorf("%s: skip %q, type %q, %d bytes: want %q and the input", name, res.Skip, res.ContentType, len(res.Body), SkipNotSmaller)
+		}
+		// The claim: the AVIF that reaches the target is larger than the
+		// WebP, or none does.
+		e, err := newEncoder(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := e.search(avifCodec, o.Target, o.TileFloor, 1<<30, false)
+		e.close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.out != nil && len(c.out) < len(webp.Body) {
+			t.Errorf("%s: an AVIF of %d bytes (q%d) reaches the target below the WebP's %d", name, len(c.out), c.quality, len(webp.Body))
+		}
+		t.Logf("%s: WebP lossless %d bytes; best AVIF at the target: %d bytes (q%d)", name, len(webp.Body), len(c.out), c.quality)
+	}
+	in := readTestdata(t, "photo.jpg")
+	fixed := DefaultImageOptions()
+	fixed.Target = 0
+	if res := AVIF(in, fixed, Image(in, fixed)); res.Skip != SkipNoTarget || res.Encodes != 0 {
+		t.Errorf("target 0: skip %q, %d encodes: want %q, none", res.Skip, res.Encodes, SkipNoTarget)
+	}
+	img := image.NewRGBA(image.Rect(0, 0, 6, 40))
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	tiny := o
+	tiny.MinSaving = 0
+	if res := AVIF(b.Bytes(), tiny, Image(b.Bytes(), tiny)); res.Skip == "" || res.Encodes != 0 {
+		t.Errorf("6x40: skip %q, %d encodes: want no AVIF", res.Skip, res.Encodes)
+	}
+}

@@ -80,6 +80,9 @@ type Options struct {
 	// ResultBytes bounds the finished transforms kept for the next miss of
 	// their object, in bytes (zero: DefaultResultBytes).
 	ResultBytes int64
+	// AVIF serves AVIF to requests whose Accept names image/avif (config
+	// optimize.avif, optimize.avif_workers, optimize.avif_queue).
+	AVIF AVIFOptions
 	// Lookup resolves an origin's host name (the carrier resolvers, never
 	// pepd's rewriter). Required.
 	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -94,6 +97,35 @@ type Options struct {
 	Log *slog.Logger
 }
 
+// AVIFOptions configure AVIF serving (issue 27). A request whose Accept
+// names image/avif (q > 0) and image/webp gets the AVIF at the SSIM
+// target (optimize.AVIF) when it is smaller than the WebP. An AVIF search
+// costs several times the WebP's CPU (README "AVIF"), so it runs behind
+// the response: the WebP (or the original) is served within Deadline,
+// marked DeferredHeader "avif" so that Squid does not store it while the
+// AVIF is encoded, and the next miss of the object gets the AVIF (or, when
+// the AVIF is not smaller, the WebP, stored) from the kept results. Squid
+// keeps the variants apart by Vary: Accept: a request whose Accept does
+// not name image/avif carries another Accept value and never gets a
+// stored AVIF.
+type AVIFOptions struct {
+	// Enabled turns AVIF on; it needs ImageOptions.Target above 0 (AVIF is
+	// chosen by the SSIM target only).
+	Enabled bool
+	// Workers is how many AVIF searches run at once, beside the WebP
+	// transforms' Workers (zero: 1).
+	Workers int
+	// Queue bounds the AVIF searches waiting for a worker (zero:
+	// DefaultAVIFQueue); beyond it the WebP is served and stored, and the
+	// object gets no AVIF until Squid asks again
+	// (pep_optimize_avif_total{outcome="overload"}).
+	Queue int
+}
+
+// DefaultAVIFQueue is AVIFOptions.Queue's default: each waiting search
+// holds its origin body (at most Options.MaxBodyBytes).
+const DefaultAVIFQueue = 32
+
 // Server is the optimizer: an HTTP forward proxy that Squid uses as its
 // parent (configs/squid.conf cache_peer pep_optimizer), so that what it
 // returns, transformed or not, is what Squid stores; a transform runs once
@@ -105,6 +137,9 @@ type Server struct {
 	slots  chan struct{} // one per running transform
 	queued chan struct{} // one per waiting transform
 	flight singleflight.Group
+	// avifSlots and avifQueued are AVIFOptions.Workers and Queue.
+	avifSlots  chan struct{}
+	avifQueued chan struct{}
 	// results are finished transforms for the next miss of their object.
 	results *results
 }
@@ -119,6 +154,15 @@ func New(o Options) (*Server, error) {
 	}
 	if o.Image.Target < 0 || o.Image.Target > 1 || o.Image.TileFloor < 0 || o.Image.TileFloor > 1 {
 		return nil, fmt.Errorf("optimize: ssim target %v or tile floor %v outside 0-1", o.Image.Target, o.Image.TileFloor)
+	}
+	if o.AVIF.Enabled && o.Image.Target <= 0 {
+		return nil, errors.New("optimize: avif needs an ssim target above 0 (AVIF is chosen by the SSIM target)")
+	}
+	if o.AVIF.Workers <= 0 {
+		o.AVIF.Workers = 1
+	}
+	if o.AVIF.Queue <= 0 {
+		o.AVIF.Queue = DefaultAVIFQueue
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = int64(DefaultConfig().MaxBodyBytes)
@@ -141,7 +185,8 @@ func New(o Options) (*Server, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, slots: make(chan struct{}, o.Workers), queued: make(chan struct{}, o.Queue), results: newResults(o.ResultBytes)}
+	s := &Server{o: o, slots: make(chan struct{}, o.Workers), queued: make(chan struct{}, o.Queue), results: newResults(o.ResultBytes),
+		avifSlots: make(chan struct{}, o.AVIF.Workers), avifQueued: make(chan struct{}, o.AVIF.Queue)}
 	tr := &http.Transport{
 		DialContext:           s.dial,
 		MaxIdleConnsPerHost:   8,
@@ -356,7 +401,13 @@ func (s *Server) modify(resp *http.Response) error {
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	out, ctype, t, skip := s.transform(kind, body)
+	avif := kind == "image" && s.o.AVIF.Enabled && accepts(req.Header.Values("Accept"), TypeAVIF)
+	out, ctype, t, skip, pending := s.transform(kind, body, avif)
+	if pending {
+		// The AVIF is being encoded: Squid must not store what is served
+		// now, or later requests with this Accept would never get it.
+		resp.Header.Set(DeferredHeader, "avif")
+	}
 	if skip != "" {
 		s.o.Metrics.skip(skip)
 		if skip == SkipDeferred {
@@ -399,7 +450,14 @@ type transformResult struct {
 // next miss of the same bytes. Identical concurrent bodies are
 // transformed once (singleflight on their SHA-256). A full queue returns
 // SkipOverload at once, and nothing runs.
-func (s *Server) transform(kind string, body []byte) (out []byte, ctype, t, skip string) {
+//
+// With avif (an image whose request accepts AVIF, AVIFOptions.Enabled)
+// and the WebP's outcome known within the deadline, the AVIF search
+// starts too (avifFor) and is waited for until the same deadline: t is
+// "avif" when the AVIF is smaller; pending is true when it has not
+// finished (the WebP or the original is returned, not to be stored).
+func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, ctype, t, skip string, pending bool) {
+	deadline := time.Now().Add(s.o.Deadline)
 	t = "gzip"
 	if kind == "image" {
 		t = "webp"
@@ -431,9 +489,12 @@ func (s *Server) transform(kind string, body []byte) (out []byte, ctype, t, skip
 			}
 			s.o.Metrics.done(t, time.Since(start))
 			s.results.put(key, r)
+			if avif && r.skip != SkipOverload {
+				s.avifFor(sum, body, r) // for the next miss, if this one cannot wait
+			}
 			return r, nil
 		})
-		timer := time.NewTimer(s.o.Deadline)
+		timer := time.NewTimer(time.Until(deadline))
 		select {
 		case res := <-ch:
 			r = res.Val.(transformResult)
@@ -442,10 +503,87 @@ func (s *Server) transform(kind string, body []byte) (out []byte, ctype, t, skip
 		}
 		timer.Stop()
 	}
-	if r.skip != "" {
-		return nil, "", t, r.skip
+	if avif && (r.skip == "" || r.skip == SkipNotSmaller) {
+		a, done := s.avifResult(sum, body, r, deadline)
+		switch {
+		case !done:
+			s.o.Metrics.avif(AVIFPending)
+			pending = true
+		case a.skip == "":
+			s.o.Metrics.avif(AVIFServed)
+			return a.out, a.ctype, "avif", "", false
+		case a.skip == SkipAVIFOverload:
+			s.o.Metrics.avif(AVIFOverload)
+		default:
+			s.o.Metrics.avif(AVIFLarger)
+		}
 	}
-	return r.out, r.ctype, t, ""
+	if r.skip != "" {
+		return nil, "", t, r.skip, pending
+	}
+	return r.out, r.ctype, t, "", pending
+}
+
+// Outcomes of a request for AVIF: the values of the outcome label of
+// pep_optimize_avif_total.
+const (
+	AVIFServed   = "served"   // the AVIF was smaller than the WebP and served
+	AVIFLarger   = "larger"   // no AVIF at the target was smaller: the WebP (or the original) served
+	AVIFPending  = "pending"  // the AVIF was not ready within the deadline: the WebP served, not stored
+	AVIFOverload = "overload" // the AVIF queue was full: the WebP served and stored
+)
+
+// avifResult returns the AVIF outcome for body (webp is its WebP
+// transform's result): kept from an earlier search, or from the search
+// avifFor starts, waited for until deadline; done is false past it.
+func (s *Server) avifResult(sum [32]byte, body []byte, webp transformResult, deadline time.Time) (r transformResult, done bool) {
+	if r, ok := s.results.get("avif" + string(sum[:])); ok {
+		s.o.Metrics.reused("avif")
+		return r, true
+	}
+	ch := s.avifFor(sum, body, webp)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case res := <-ch:
+		return res.Val.(transformResult), true
+	case <-timer.C:
+		return transformResult{}, false
+	}
+}
+
+// avifFor starts the AVIF search for body unless it is running or done
+// (singleflight on its SHA-256, then the kept results) and returns its
+// channel. The search waits for one of AVIFOptions.Workers; a full
+// AVIFOptions.Queue answers SkipAVIFOverload at once (not kept). Its
+// result, an AVIF smaller than webp's body or SkipNotSmaller, is kept in
+// results for the next miss.
+func (s *Server) avifFor(sum [32]byte, body []byte, webp transformResult) <-chan singleflight.Result {
+	key := "avif" + string(sum[:])
+	return s.flight.DoChan(key, func() (any, error) {
+		if r, ok := s.results.get(key); ok {
+			return r, nil
+		}
+		select {
+		case s.avifQueued <- struct{}{}:
+		default:
+			return transformResult{skip: SkipAVIFOverload}, nil
+		}
+		s.o.Metrics.avifQueueDepth(1)
+		s.avifSlots <- struct{}{}
+		<-s.avifQueued
+		s.o.Metrics.avifQueueDepth(-1)
+		defer func() { <-s.avifSlots }()
+		start := time.Now()
+		res := AVIF(body, s.o.Image, ImageResult{Body: webp.out, ContentType: webp.ctype, Skip: webp.skip})
+		s.o.Metrics.done("avif", time.Since(start))
+		r := transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
+		if r.skip != "" {
+			r.out = nil // nothing to serve: the WebP's result decides
+		}
+		s.results.put(key, r)
+		return r, nil
+	})
 }
 
 // readUpTo reads r to its end if that is at most max bytes (whole); else
