@@ -95,8 +95,14 @@ type optWorld struct {
 }
 
 // startOptWorld starts the world with the optimizer's deadline (zero:
-// its default).
+// its default), AVIF off.
 func startOptWorld(t testing.TB, deadline time.Duration) *optWorld {
+	return startOptWorldAVIF(t, deadline, optimize.AVIFOptions{})
+}
+
+// startOptWorldAVIF starts the world with the optimizer's deadline and
+// AVIF settings.
+func startOptWorldAVIF(t testing.TB, deadline time.Duration, avif optimize.AVIFOptions) *optWorld {
 	records := map[string]string{"img.opt.test": originIP, "excluded.opt.test": originIP}
 	ns := startDNS(t, records)
 	read := func(n string) []byte {
@@ -107,7 +113,8 @@ func startOptWorld(t testing.TB, deadline time.Duration) *optWorld {
 		return b
 	}
 	w := &optWorld{images: map[string][]byte{"photo.jpg": read("photo.jpg"), "corrupt.jpg": read("corrupt.jpg"),
-		"static.gif": read("static.gif"), "alpha.png": read("alpha.png"), "progressive.jpg": read("progressive.jpg")}}
+		"static.gif": read("static.gif"), "alpha.png": read("alpha.png"), "progressive.jpg": read("progressive.jpg"),
+		"starfield.jpg": read("starfield.jpg"), "palette.png": read("palette.png")}}
 	css := []byte(strings.Repeat("body { margin: 0; padding: 0; font-family: sans-serif; }\n", 40))
 	files := map[string]optFile{
 		"/photo.jpg":    {"image/jpeg", "max-age=3600", w.images["photo.jpg"]},
@@ -121,6 +128,8 @@ func startOptWorld(t testing.TB, deadline time.Duration) *optWorld {
 		"/style.css":    {"text/css", "max-age=3600", css},
 		"/plain.css":    {"text/css", "max-age=3600", css},
 		"/excluded.jpg": {"image/jpeg", "max-age=3600", w.images["photo.jpg"]},
+		"/star.jpg":     {"image/jpeg", "max-age=3600", w.images["starfield.jpg"]},
+		"/palette.png":  {"image/png", "max-age=3600", w.images["palette.png"]},
 	}
 	w.o = startOptOrigin(t, files)
 	var err error
@@ -135,7 +144,7 @@ func startOptWorld(t testing.TB, deadline time.Duration) *optWorld {
 	oport := uint16(mustAtoi(t, w.o.port))
 	dialGuard := guard.New(guard.Options{AllowedPorts: []uint16{oport}, Allow: []netip.Prefix{netip.MustParsePrefix(originIP + "/32")}})
 	osrv, err := optimize.New(optimize.Options{Image: optimize.DefaultImageOptions(), Lookup: res.Lookup, Metrics: om, Log: testLogger(t),
-		Deadline: deadline, Control: dialGuard.Control})
+		Deadline: deadline, Control: dialGuard.Control, AVIF: avif})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -617,4 +626,155 @@ func BenchmarkOptimizerCachedCPU(b *testing.B) {
 		b.ReportMetric(on/off, name+"-on/off")
 		b.Logf("%s: CPU per cached request (pepd+Squid): off %.1f µs %.1f, on %.1f µs %.1f, on/off %.3f", path, off, perReq[false], on, perReq[true], on/off)
 	}
+}
+
+// webpOnlyAccept is an image Accept that names WebP but not AVIF (an
+// older browser).
+const webpOnlyAccept = "image/webp,image/apng,image/*,*/*;q=0.8"
+
+func isAVIF(b []byte) bool { return len(b) >= 12 && bytes.Equal(b[4:12], []byte("ftypavif")) }
+
+// TestOptimizerAVIF (issue 27): with optimize.avif on and a deadline the
+// AVIF search meets, a request whose Accept names image/avif gets the
+// star field as AVIF (smaller than its WebP), and Squid stores it (the
+// same request again is a hit); a request whose Accept names only WebP
+// gets the WebP, never the stored AVIF, and the AVIF request after it the
+// AVIF again. (This Squid keeps one variant of a URL at a time: a second
+// Accept's variant replaces the first, as it does for the WebP and the
+// original without AVIF; found while writing this test.) A palette PNG,
+// whose AVIF at the target is larger than its lossless WebP, stays WebP
+// for the AVIF-accepting request.
+func TestOptimizerAVIF(t *testing.T) {
+	w := startOptWorldAVIF(t, time.Minute, optimize.AVIFOptions{Enabled: true})
+	avif := map[string]string{"Accept": chromeImageAccept}
+	webp := map[string]string{"Accept": webpOnlyAccept}
+
+	resp, a := w.fetch(t, "GET", "img.opt.test", "/star.jpg", avif)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != optimize.TypeAVIF || !isAVIF(a) {
+		t.Fatalf("Accept with avif: %s %q, %d bytes: want the AVIF", resp.Status, resp.Header.Get("Content-Type"), len(a))
+	}
+	if et := resp.Header.Get("ETag"); !strings.HasSuffix(et, `.pep-avif"`) || resp.Header.Get("Vary") != "Accept" {
+		t.Errorf("ETag %q, Vary %q: want the AVIF variant's tag, Vary: Accept", et, resp.Header.Get("Vary"))
+	}
+	if _, a2 := w.fetch(t, "GET", "img.opt.test", "/star.jpg", avif); !bytes.Equal(a2, a) || w.o.count("/star.jpg") != 1 {
+		t.Fatalf("AVIF again: %d bytes, origin %d requests: want the stored AVIF, a hit", len(a2), w.o.count("/star.jpg"))
+	}
+	if got := w.metric(t, "pep_optimize_served_total", map[string]string{"transform": "avif", "cache": "hit"}); got != 1 {
+		t.Errorf("AVIF hits %v, want 1", got)
+	}
+	// The AVIF is stored: a WebP-only Accept must not get it.
+	resp, b := w.fetch(t, "GET", "img.opt.test", "/star.jpg", webp)
+	if resp.Header.Get("Content-Type") != optimize.TypeWebP || !bytes.HasPrefix(b, []byte("RIFF")) || isAVIF(b) {
+		t.Fatalf("Accept without avif: %q, %d bytes: want the WebP, not the stored AVIF", resp.Header.Get("Content-Type"), len(b))
+	}
+	if len(a) >= len(b) {
+		t.Errorf("AVIF %d bytes, WebP %d: want the AVIF smaller", len(a), len(b))
+	}
+	if _, b2 := w.fetch(t, "GET", "img.opt.test", "/star.jpg", webp); !bytes.Equal(b2, b) {
+		t.Fatalf("WebP again: %d bytes, want the WebP (%d)", len(b2), len(b))
+	}
+	// Each Accept keeps getting its own variant, stored or fetched again.
+	for range 2 {
+		_, a2 := w.fetch(t, "GET", "img.opt.test", "/star.jpg", avif)
+		_, b2 := w.fetch(t, "GET", "img.opt.test", "/star.jpg", webp)
+		if !bytes.Equal(a2, a) || !bytes.Equal(b2, b) {
+			t.Fatalf("%d and %d bytes, want the AVIF (%d) and the WebP (%d) again", len(a2), len(b2), len(a), len(b))
+		}
+	}
+	// The AVIF search ran once: later AVIF misses take the kept result.
+	if got := w.metric(t, "pep_optimize_transform_seconds", map[string]string{"transform": "avif"}); got != 1 {
+		t.Errorf("%v AVIF searches, want 1", got)
+	}
+
+	resp, p := w.fetch(t, "GET", "img.opt.test", "/palette.png", avif)
+	if resp.Header.Get("Content-Type") != optimize.TypeWebP || !bytes.HasPrefix(p, []byte("RIFF")) {
+		t.Fatalf("palette.png, Accept with avif: %q, %d bytes: want the WebP (its AVIF is larger)", resp.Header.Get("Content-Type"), len(p))
+	}
+	if got := w.metric(t, "pep_optimize_avif_total", map[string]string{"outcome": optimize.AVIFLarger}); got != 1 {
+		t.Errorf("avif larger %v, want 1", got)
+	}
+	if _, p2 := w.fetch(t, "GET", "img.opt.test", "/palette.png", avif); !bytes.Equal(p2, p) || w.o.count("/palette.png") != 1 {
+		t.Errorf("palette.png again: %d bytes, origin %d requests: want the stored WebP, a hit", len(p2), w.o.count("/palette.png"))
+	}
+}
+
+// TestOptimizerAVIFDeferred: AVIF is encoded behind the response. With a
+// deadline nothing meets, the first request gets the original; until the
+// AVIF is done every response (the original, then the WebP) is served
+// unstored (each reaches the origin) and carries no Pep-Deferred to the
+// phone; once done, the next miss gets the AVIF from the kept results
+// without a new search, Squid stores it, and the request after is a hit.
+// A request accepting only WebP never gets the AVIF.
+func TestOptimizerAVIFDeferred(t *testing.T) {
+	w := startOptWorldAVIF(t, time.Nanosecond, optimize.AVIFOptions{Enabled: true})
+	avif := map[string]string{"Accept": chromeImageAccept}
+	searches := func() float64 {
+		return w.metric(t, "pep_optimize_transform_seconds", map[string]string{"transform": "avif"})
+	}
+	var a []byte
+	sawWebP := false
+	for n := 1; ; n++ {
+		resp, b := w.fetch(t, "GET", "img.opt.test", "/star.jpg", avif)
+		if v := resp.Header.Get(optimize.DeferredHeader); v != "" {
+			t.Errorf("%s: %q crossed the radio link", optimize.DeferredHeader, v)
+		}
+		if got := w.o.count("/star.jpg"); got != n {
+			t.Fatalf("request %d: origin saw %d requests: a response before the AVIF was stored", n, got)
+		}
+		if isAVIF(b) {
+			if searches() != 1 {
+				t.Errorf("%v AVIF searches, want 1", searches())
+			}
+			a = b
+			break
+		}
+		ct := resp.Header.Get("Content-Type")
+		if ct != "image/jpeg" && ct != optimize.TypeWebP {
+			t.Fatalf("request %d: %q: want the original or the WebP before the AVIF", n, ct)
+		}
+		if n == 1 && ct != "image/jpeg" {
+			t.Errorf("first request: %q, want the original (nothing meets 1 ns)", ct)
+		}
+		sawWebP = sawWebP || ct == optimize.TypeWebP
+		if n == 1 {
+			// The WebP is done behind the response; the AVIF starts after it.
+			webpRuns := func() float64 {
+				return w.metric(t, "pep_optimize_transform_seconds", map[string]string{"transform": "webp"})
+			}
+			for deadline := time.Now().Add(testenv.Scale(time.Minute)); webpRuns() < 1; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the deferred WebP never finished")
+				}
+			}
+		}
+		if n > 2 {
+			// The WebP and the AVIF are done behind the responses: wait.
+			for deadline := time.Now().Add(testenv.Scale(2 * time.Minute)); searches() < 1; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the AVIF search never finished")
+				}
+			}
+		}
+		if n > 6 {
+			t.Fatal("no AVIF after 6 requests")
+		}
+	}
+	if got := w.metric(t, "pep_optimize_results_reused_total", map[string]string{"transform": "avif"}); got != 1 {
+		t.Errorf("AVIF results reused %v, want 1", got)
+	}
+	before := w.o.count("/star.jpg")
+	if _, b := w.fetch(t, "GET", "img.opt.test", "/star.jpg", avif); !bytes.Equal(b, a) || w.o.count("/star.jpg") != before {
+		t.Errorf("after the AVIF: %d bytes, origin %d -> %d: want the stored AVIF, a hit", len(b), before, w.o.count("/star.jpg"))
+	}
+	for range 2 {
+		resp, b := w.fetch(t, "GET", "img.opt.test", "/star.jpg", map[string]string{"Accept": webpOnlyAccept})
+		if isAVIF(b) || resp.Header.Get("Content-Type") == optimize.TypeAVIF {
+			t.Fatal("Accept without avif got the AVIF")
+		}
+	}
+	// A WebP served before the AVIF was a pending AVIF.
+	if got := w.metric(t, "pep_optimize_avif_total", map[string]string{"outcome": optimize.AVIFPending}); sawWebP && got < 1 {
+		t.Errorf("avif pending %v after a WebP served unstored, want at least 1", got)
+	}
+	t.Logf("AVIF %d bytes after %d requests to the origin (WebP served unstored meanwhile: %v)", len(a), w.o.count("/star.jpg"), sawWebP)
 }
