@@ -167,3 +167,27 @@ func TestDist(t *testing.T) {
 		t.Errorf("dist(nil) = %v %v %v, want zeros", m, p, l)
 	}
 }
+
+// TestParseRule pins the -rules syntax: a quality, pepd's default, a
+// target with the default floor, without a floor, with AVIF; and refuses
+// the rest.
+func TestParseRule(t *testing.T) {
+	for in, want := range map[string]Rule{
+		"q75":              {Name: "fixed q75", Quality: 75},
+		"75":               {Name: "fixed q75", Quality: 75},
+		"0":                {Name: "SSIM 0.95 floor 0.90", Target: optimize.DefaultTarget, TileFloor: optimize.DefaultTileFloor},
+		"t0.93":            {Name: "SSIM 0.93 floor 0.90", Target: 0.93, TileFloor: optimize.DefaultTileFloor},
+		"t0.90/f0":         {Name: "SSIM 0.90 no floor", Target: 0.90},
+		"t0.95/f0.85/avif": {Name: "SSIM 0.95 floor 0.85 + AVIF", Target: 0.95, TileFloor: 0.85, AVIF: true},
+	} {
+		got, err := ParseRule(in)
+		if err != nil || got != want {
+			t.Errorf("ParseRule(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "q0", "101", "t0", "t1.5", "t0.9/f2", "t0.9/x", "avif", "t0.9/f0.9/avif/q75", "f0.9"} {
+		if r, err := ParseRule(in); err == nil {
+			t.Errorf("ParseRule(%q) = %+v, want an error", in, r)
+		}
+	}
+}
