@@ -242,6 +242,7 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 	fs.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "pixel limit (optimize.max_pixels)")
 	fs.Float64Var(&o.MinSaving, "min-saving", o.MinSaving, "the fraction a result must save to be served (optimize.min_saving)")
 	out := fs.String("o", "", "write the body pepd would serve here (the input itself when it would pass untouched); one FILE only")
+	avif := fs.Bool("avif", false, "also the AVIF search, as for a request whose Accept names image/avif (optimize.avif): served, and written with -o, when smaller than the WebP")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -258,7 +259,7 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		var body []byte
+		var body, avifBody []byte
 		var skip, what string
 		if cmd == "optimize-image" {
 			start := time.Now()
@@ -277,6 +278,18 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 				what = fmt.Sprintf("%s -> webp q%d, SSIM %.4f (lowest 32x32 tile %.4f)", res.Format, res.Quality, res.SSIM, res.WorstTile)
 			}
 			what += fmt.Sprintf(", %d encodes, %.1f ms", res.Encodes, float64(took.Microseconds())/1000)
+			if *avif {
+				start := time.Now()
+				a := optimize.AVIF(in, o, res)
+				took := float64(time.Since(start).Microseconds()) / 1000
+				if a.Skip == "" {
+					avifBody = a.Body
+					what += fmt.Sprintf("; served to an AVIF Accept: avif q%d, %d bytes (%.1f %%), SSIM %.4f (lowest 32x32 tile %.4f), %d encodes, %.1f ms",
+						a.Quality, len(a.Body), 100*float64(len(a.Body))/float64(len(in)), a.SSIM, a.WorstTile, a.Encodes, took)
+				} else {
+					what += fmt.Sprintf("; no AVIF (%s), %d encodes, %.1f ms", a.Skip, a.Encodes, took)
+				}
+			}
 		} else {
 			body, skip = optimize.Gzip(in, o.MinSaving)
 			what = "gzip"
@@ -285,6 +298,9 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "%s: %d bytes, passes untouched: %s%s\n", name, len(in), skip, what)
 		} else {
 			fmt.Fprintf(stdout, "%s: %d -> %d bytes (%.1f %%), %s\n", name, len(in), len(body), 100*float64(len(body))/float64(len(in)), what)
+		}
+		if avifBody != nil {
+			body = avifBody
 		}
 		if *out != "" {
 			if err := os.WriteFile(*out, body, 0o644); err != nil {
