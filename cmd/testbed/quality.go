@@ -25,13 +25,14 @@ func cmdQuality(args []string) error {
 	rules := fs.String("rules", "", `more rules after -q's, comma-separated: tTARGET[/fFLOOR][/avif], e.g. "t0.93/f0,t0.95/f0.90/avif" (the SSIM target 0.93 without a tile floor; 0.95 with floor 0.90 and AVIF served where smaller); the floor defaults to optimize.DefaultTileFloor`)
 	sample := fs.Int("sample", 0, "measure this many distinct images drawn at random (0: all)")
 	seed := fs.Uint64("seed", 1, "the random sample's seed")
+	searchSSIM := fs.Bool("search-ssim", false, "skip scikit-image: report the SSIM the search measured itself (fast; fixed rules unmeasured)")
 	out := fs.String("out", "testbed-out/quality", "folder for the image pairs, results.json, images.tsv and report.md")
 	procs := fs.Int("procs", 2, "transcoding goroutines and SSIM worker processes")
 	fs.Parse(args)
 	if fs.NArg() > 0 {
 		return fmt.Errorf("quality: unexpected arguments %q", fs.Args())
 	}
-	o := quality.Options{Corpora: splitList(*corpora), Files: splitList(*files), Work: *out, Procs: *procs, Progress: os.Stderr, Sample: *sample, Seed: *seed}
+	o := quality.Options{Corpora: splitList(*corpora), Files: splitList(*files), Work: *out, Procs: *procs, Progress: os.Stderr, Sample: *sample, Seed: *seed, SearchSSIM: *searchSSIM}
 	for _, r := range splitList(*rules) {
 		rule, err := quality.ParseRule(r)
 		if err != nil {
