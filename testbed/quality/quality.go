@@ -79,7 +79,8 @@ type Options struct {
 	// SearchSSIM skips scikit-image: the SSIM reported is the search's own
 	// (optimize.SSIM, within 0.00035 of scikit-image's on the test and
 	// default pages' images), for a fast run of SSIM-target rules; a
-	// fixed rule's images are then unmeasured ("search only").
+	// fixed rule's lossy WebPs are then unmeasured ("search only"), its
+	// lossless ones 1 (the same pixels).
 	SearchSSIM bool
 	// Work is the folder for the image pairs (orig/, q<N>/), the pair list,
 	// ssim.py, results.json and images.tsv. It is created if missing;

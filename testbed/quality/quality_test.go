@@ -191,3 +191,40 @@ func TestParseRule(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchSSIM: with SearchSSIM the report's SSIM is the search's own
+// (no scikit-image): every image served by an SSIM-target rule has it at
+// or above the target, and a fixed rule's lossy WebPs are unmeasured
+// ("search only"), its lossless ones 1 (the same pixels).
+func TestSearchSSIM(t *testing.T) {
+	testdata := filepath.Join("..", "..", "internal", "optimize", "testdata")
+	r, err := ParseRule("t0.95/f0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), Options{Files: []string{testdata}, Qualities: []int{75}, Rules: []Rule{r}, SearchSSIM: true, Work: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.SearchSSIM || len(rep.Overall) != 2 || rep.Overall[1].Rule != "SSIM 0.95 no floor" {
+		t.Fatalf("report: search %v, %d rules", rep.SearchSSIM, len(rep.Overall))
+	}
+	fixed, tgt := rep.Overall[0].Served, rep.Overall[1].Served
+	if fixed.Unmeasured["search only"] == 0 || fixed.Measured+fixed.Unmeasured["search only"] != fixed.Transformed {
+		t.Errorf("fixed rule: %d measured, unmeasured %v of %d", fixed.Measured, fixed.Unmeasured, fixed.Transformed)
+	}
+	for _, im := range rep.Images {
+		oc := im.Outcomes[0]
+		if oc.Skip == "" && (oc.Lossless && oc.SSIM != 1 || !oc.Lossless && oc.NoSSIM != "search only") {
+			t.Errorf("%s, fixed rule: lossless %v, SSIM %v, %q: want 1 for lossless (the same pixels), else unmeasured", im.Name, oc.Lossless, oc.SSIM, oc.NoSSIM)
+		}
+	}
+	if tgt.Measured < 8 || tgt.Min < 0.95 {
+		t.Errorf("target rule: %d measured, min %.4f: want >= 8 and >= 0.95", tgt.Measured, tgt.Min)
+	}
+	for _, im := range rep.Images {
+		if oc := im.Outcomes[1]; oc.Skip == "" && oc.SSIM != oc.Search {
+			t.Errorf("%s: SSIM %v, search %v: want the search's", im.Name, oc.SSIM, oc.Search)
+		}
+	}
+}
