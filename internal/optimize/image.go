@@ -93,22 +93,21 @@ func DefaultImageOptions() ImageOptions {
 // Skip reasons: why a body was served as the origin sent it. They are the
 // values of the reason label of pep_optimize_skipped_total.
 const (
-	SkipNotSmaller   = "not smaller"      // the result saved less than MinSaving
-	SkipPixels       = "over pixel limit" // width*height > MaxPixels
-	SkipUndecodable  = "undecodable"      // corrupt, truncated, or a variant the decoder refuses
-	SkipFormat       = "unknown format"   // the bytes are not the JPEG, PNG or GIF the type names
-	SkipAnimated     = "animated"         // an animated GIF (passes as it is)
-	SkipTooLarge     = "body too large"   // over optimize.max_body_bytes: not buffered
-	SkipOverload     = "overload"         // the transform queue was full
-	SkipDeferred     = "deferred"         // not finished within optimize.deadline: served untransformed, finished for the next miss
-	SkipNoTransform  = "no-transform"     // Cache-Control: no-transform (request or response)
-	SkipRange        = "range"            // a Range request or a Content-Range response
-	SkipEncoded      = "encoded"          // the origin's own Content-Encoding (left alone)
-	SkipExcluded     = "excluded site"    // the host is in optimize.exclude
-	SkipNoAccept     = "not accepted"     // Accept has no image/webp, Accept-Encoding no gzip
-	SkipSmall        = "too small"        // below the text transform's minimum size
-	SkipNoTarget     = "no ssim target"   // AVIF asked with optimize.ssim_target 0 (the fixed rule makes WebP only)
-	SkipAVIFOverload = "avif overload"    // the AVIF queue was full: the WebP is served and stored
+	SkipNotSmaller  = "not smaller"      // the result saved less than MinSaving
+	SkipPixels      = "over pixel limit" // width*height > MaxPixels
+	SkipUndecodable = "undecodable"      // corrupt, truncated, or a variant the decoder refuses
+	SkipFormat      = "unknown format"   // the bytes are not the JPEG, PNG or GIF the type names
+	SkipAnimated    = "animated"         // an animated GIF (passes as it is)
+	SkipTooLarge    = "body too large"   // over optimize.max_body_bytes: not buffered
+	SkipOverload    = "overload"         // the transform queue was full
+	SkipDeferred    = "deferred"         // not finished within optimize.deadline: served untransformed, finished for the next miss
+	SkipNoTransform = "no-transform"     // Cache-Control: no-transform (request or response)
+	SkipRange       = "range"            // a Range request or a Content-Range response
+	SkipEncoded     = "encoded"          // the origin's own Content-Encoding (left alone)
+	SkipExcluded    = "excluded site"    // the host is in optimize.exclude
+	SkipNoAccept    = "not accepted"     // Accept has no image/webp, Accept-Encoding no gzip
+	SkipSmall       = "too small"        // below the text transform's minimum size
+	SkipNoTarget    = "no ssim target"   // AVIF asked with optimize.ssim_target 0 (the fixed rule makes WebP only)
 )
 
 // ImageResult is the outcome of Image: Body and ContentType are what to

@@ -122,6 +122,11 @@ type AVIFOptions struct {
 	Queue int
 }
 
+// skipAVIFOverload is the AVIF search's answer when AVIFOptions.Queue is
+// full (not kept: it is not a property of the body); counted as
+// pep_optimize_avif_total{outcome="overload"}.
+const skipAVIFOverload = "avif overload"
+
 // DefaultAVIFQueue is AVIFOptions.Queue's default: each waiting search
 // holds its origin body (at most Options.MaxBodyBytes).
 const DefaultAVIFQueue = 32
@@ -512,7 +517,7 @@ func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, cty
 		case a.skip == "":
 			s.o.Metrics.avif(AVIFServed)
 			return a.out, a.ctype, "avif", "", false
-		case a.skip == SkipAVIFOverload:
+		case a.skip == skipAVIFOverload:
 			s.o.Metrics.avif(AVIFOverload)
 		default:
 			s.o.Metrics.avif(AVIFLarger)
@@ -555,7 +560,7 @@ func (s *Server) avifResult(sum [32]byte, body []byte, webp transformResult, dea
 // avifFor starts the AVIF search for body unless it is running or done
 // (singleflight on its SHA-256, then the kept results) and returns its
 // channel. The search waits for one of AVIFOptions.Workers; a full
-// AVIFOptions.Queue answers SkipAVIFOverload at once (not kept). Its
+// AVIFOptions.Queue answers skipAVIFOverload at once (not kept). Its
 // result, an AVIF smaller than webp's body or SkipNotSmaller, is kept in
 // results for the next miss.
 func (s *Server) avifFor(sum [32]byte, body []byte, webp transformResult) <-chan singleflight.Result {
@@ -567,7 +572,7 @@ func (s *Server) avifFor(sum [32]byte, body []byte, webp transformResult) <-chan
 		select {
 		case s.avifQueued <- struct{}{}:
 		default:
-			return transformResult{skip: SkipAVIFOverload}, nil
+			return transformResult{skip: skipAVIFOverload}, nil
 		}
 		s.o.Metrics.avifQueueDepth(1)
 		s.avifSlots <- struct{}{}
