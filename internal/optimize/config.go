@@ -27,7 +27,8 @@ type Config struct {
 	// and GIF lossless). Default DefaultTarget (0.95).
 	SSIMTarget float64 `yaml:"ssim_target"`
 	// SSIMTileFloor is the SSIM every 32x32 tile of a lossy WebP reaches
-	// with ssim_target, in 0..1; 0: none. Default DefaultTileFloor (0.90).
+	// with ssim_target, in 0..1; 0: none. Default DefaultTileFloor (0:
+	// none; 0.90 keeps 0.48 of tp5n's image bytes instead of 0.37).
 	SSIMTileFloor float64 `yaml:"ssim_tile_floor"`
 	// Quality is the fixed rule's lossy WebP quality of JPEG photos, 1-100
 	// (used with ssim_target 0). Default DefaultQuality.

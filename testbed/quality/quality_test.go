@@ -175,8 +175,9 @@ func TestParseRule(t *testing.T) {
 	for in, want := range map[string]Rule{
 		"q75":              {Name: "fixed q75", Quality: 75},
 		"75":               {Name: "fixed q75", Quality: 75},
-		"0":                {Name: "SSIM 0.95 floor 0.90", Target: optimize.DefaultTarget, TileFloor: optimize.DefaultTileFloor},
-		"t0.93":            {Name: "SSIM 0.93 floor 0.90", Target: 0.93, TileFloor: optimize.DefaultTileFloor},
+		"0":                {Name: Rule{Target: optimize.DefaultTarget, TileFloor: optimize.DefaultTileFloor}.String(), Target: optimize.DefaultTarget, TileFloor: optimize.DefaultTileFloor},
+		"t0.93":            {Name: Rule{Target: 0.93, TileFloor: optimize.DefaultTileFloor}.String(), Target: 0.93, TileFloor: optimize.DefaultTileFloor},
+		"t0.93/f0.90":      {Name: "SSIM 0.93 floor 0.90", Target: 0.93, TileFloor: 0.90},
 		"t0.90/f0":         {Name: "SSIM 0.90 no floor", Target: 0.90},
 		"t0.95/f0.85/avif": {Name: "SSIM 0.95 floor 0.85 + AVIF", Target: 0.95, TileFloor: 0.85, AVIF: true},
 	} {
