@@ -2,10 +2,13 @@ package optimize
 
 import (
 	"bytes"
+	"context"
 	"image"
 	"image/color"
 	"image/draw"
 	"image/png"
+	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/davidbyttow/govips/v2/vips"
@@ -277,5 +280,35 @@ func TestAVIFLargerStaysWebP(t *testing.T) {
 	tiny.MinSaving = 0
 	if res := AVIF(b.Bytes(), tiny, Image(b.Bytes(), tiny)); res.Skip == "" || res.Encodes != 0 {
 		t.Errorf("6x40: skip %q, %d encodes: want no AVIF", res.Skip, res.Encodes)
+	}
+}
+
+// TestConfigAVIF: the avif keys reach New's Options, avif with
+// ssim_target 0 and negative avif_workers or avif_queue are refused by
+// Validate (and New refuses AVIF without a target).
+func TestConfigAVIF(t *testing.T) {
+	c := DefaultConfig()
+	if c.AVIF || c.Validate() != nil {
+		t.Fatalf("defaults: avif %v, %v: want off and valid", c.AVIF, c.Validate())
+	}
+	c.AVIF, c.AVIFWorkers, c.AVIFQueue = true, 2, 5
+	if o := c.Options().AVIF; o != (AVIFOptions{Enabled: true, Workers: 2, Queue: 5}) || c.Validate() != nil {
+		t.Errorf("Options().AVIF = %+v, Validate %v", o, c.Validate())
+	}
+	bad := c
+	bad.SSIMTarget = 0
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "avif") {
+		t.Errorf("avif with ssim_target 0: %v, want an error naming avif", err)
+	}
+	bad = c
+	bad.AVIFQueue = -1
+	if err := bad.Validate(); err == nil {
+		t.Error("avif_queue -1 accepted")
+	}
+	o := c.Options()
+	o.Image.Target = 0
+	o.Lookup = func(context.Context, string) ([]netip.Addr, error) { return nil, nil }
+	if _, err := New(o); err == nil {
+		t.Error("New: AVIF with target 0 accepted")
 	}
 }
