@@ -205,19 +205,7 @@ func Image(in []byte, o ImageOptions) ImageResult {
 	} else {
 		c, err = e.fixed(o.Quality, res.Format != "jpeg")
 	}
-	res.Encodes = e.encodes
-	if err != nil {
-		res.Skip = SkipUndecodable
-		return res
-	}
-	res.SSIM, res.WorstTile = c.ssim, c.worst
-	if c.out == nil || len(c.out) > limit {
-		res.Skip = SkipNotSmaller
-		return res
-	}
-	res.Body, res.ContentType = c.out, TypeWebP
-	res.Lossless, res.Quality = c.lossless, c.quality
-	return res
+	return res.chosen(e, c, err, limit, TypeWebP)
 }
 
 // open checks in's format, header and pixel count and decodes it: the
@@ -297,6 +285,14 @@ func AVIF(in []byte, o ImageOptions, webp ImageResult) ImageResult {
 		limit = len(webp.Body) - 1
 	}
 	c, err := e.search(avifCodec, o.Target, o.TileFloor, limit, false)
+	return res.chosen(e, c, err, limit, TypeAVIF)
+}
+
+// chosen is the one ending of Image and AVIF: res with the encoder's
+// count, and c's body as contentType if the search succeeded (err nil)
+// within limit bytes; else res unchanged with the reason in Skip
+// (SkipUndecodable, SkipNotSmaller).
+func (res ImageResult) chosen(e *encoder, c candidate, err error, limit int, contentType string) ImageResult {
 	res.Encodes = e.encodes
 	if err != nil {
 		res.Skip = SkipUndecodable
@@ -307,7 +303,8 @@ func AVIF(in []byte, o ImageOptions, webp ImageResult) ImageResult {
 		res.Skip = SkipNotSmaller
 		return res
 	}
-	res.Body, res.ContentType, res.Quality = c.out, TypeAVIF, c.quality
+	res.Body, res.ContentType = c.out, contentType
+	res.Lossless, res.Quality = c.lossless, c.quality
 	return res
 }
 

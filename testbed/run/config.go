@@ -101,31 +101,9 @@ func HasHints(m string) bool {
 // adds its +hints variant (direct has none), "off,on" both, in that order
 // per mode. It runs after WithOptimize and before WithCache.
 func WithHints(modes []string, hints []string) ([]string, error) {
-	var off, on bool
-	for _, o := range hints {
-		switch o {
-		case "off":
-			off = true
-		case "on":
-			on = true
-		default:
-			return nil, fmt.Errorf("run: -hints: %q is not off or on", o)
-		}
-	}
-	var out []string
-	for _, m := range modes {
-		if HasHints(m) || IsWarm(m) || !NeedsPEP(m) {
-			out = append(out, m)
-			continue
-		}
-		if off {
-			out = append(out, m)
-		}
-		if on {
-			out = append(out, m+HintsSuffix)
-		}
-	}
-	return out, nil
+	return expandModes(modes, "-hints", hints, "off", "on", HintsSuffix, func(m string) bool {
+		return HasHints(m) || IsWarm(m) || !NeedsPEP(m)
+	})
 }
 
 // IsWarm reports whether mode m runs on a warm cache (WarmSuffix).
@@ -135,60 +113,48 @@ func IsWarm(m string) bool { return strings.HasSuffix(m, WarmSuffix) }
 // "warm" adds its +warm variant (direct has none: no cache), "cold,warm"
 // both, in that order per mode.
 func WithCache(modes []string, cache []string) ([]string, error) {
-	var cold, warm bool
-	for _, c := range cache {
-		switch c {
-		case "cold":
-			cold = true
-		case "warm":
-			warm = true
-		default:
-			return nil, fmt.Errorf("run: -cache: %q is not cold or warm", c)
-		}
-	}
-	var out []string
-	for _, m := range modes {
-		if IsWarm(m) || !NeedsPEP(m) {
-			out = append(out, m)
-			continue
-		}
-		if cold {
-			out = append(out, m)
-		}
-		if warm {
-			out = append(out, m+WarmSuffix)
-		}
-	}
-	return out, nil
+	return expandModes(modes, "-cache", cache, "cold", "warm", WarmSuffix, func(m string) bool {
+		return IsWarm(m) || !NeedsPEP(m)
+	})
 }
 
 // WithOptimize expands modes for -optimize: "off" keeps each mode as it
 // is, "on" adds its +opt variant (direct has none: no appliance), "off,on"
 // both, in that order per mode.
 func WithOptimize(modes []string, optimize []string) ([]string, error) {
-	var off, on bool
-	for _, o := range optimize {
-		switch o {
-		case "off":
-			off = true
-		case "on":
-			on = true
+	return expandModes(modes, "-optimize", optimize, "off", "on", OptSuffix, func(m string) bool {
+		base, opt := SplitMode(m)
+		return opt || base == "direct"
+	})
+}
+
+// expandModes is the one expansion behind -optimize, -hints and -cache:
+// values name plain (each mode as it is), variant (the mode + suffix) or
+// both, in that order per mode; a mode for which fixed reports true is kept
+// once as it is. An unknown value is an error naming flag.
+func expandModes(modes []string, flag string, values []string, plain, variant, suffix string, fixed func(string) bool) ([]string, error) {
+	var withPlain, withVariant bool
+	for _, v := range values {
+		switch v {
+		case plain:
+			withPlain = true
+		case variant:
+			withVariant = true
 		default:
-			return nil, fmt.Errorf("run: -optimize: %q is not off or on", o)
+			return nil, fmt.Errorf("run: %s: %q is not %s or %s", flag, v, plain, variant)
 		}
 	}
 	var out []string
 	for _, m := range modes {
-		base, opt := SplitMode(m)
-		if opt || base == "direct" {
+		if fixed(m) {
 			out = append(out, m)
 			continue
 		}
-		if off {
+		if withPlain {
 			out = append(out, m)
 		}
-		if on {
-			out = append(out, m+OptSuffix)
+		if withVariant {
+			out = append(out, m+suffix)
 		}
 	}
 	return out, nil
