@@ -218,12 +218,12 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 		ErrorLog:                     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnContext:                  connContext,
 		ConnState:                    connState,
-		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams: lim.MaxStreams,
-			// A reader that takes no byte of a frame for this long is
-			// closed, as WriteTimeout does on HTTP/1.1 (the slow reader).
-			WriteByteTimeout: lim.WriteTimeout,
-		},
+		// No HTTP2Config.WriteByteTimeout: conn.Write arms the write
+		// deadline (WriteTimeout) under the TLS connection as for every
+		// subscriber connection, so a reader that takes no byte for that
+		// long is closed (the slow reader); Go's would set and clear a
+		// deadline around every flush (two timer updates per frame batch).
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: lim.MaxStreams},
 	}
 	return s
 }
@@ -293,8 +293,70 @@ func (s *Server) serveTLSRequest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.streams.release(src)
-	s.p.ServeHTTP(w, r)
+	if r.ProtoMajor != 2 || s.lim.WriteTimeout < 0 {
+		s.p.ServeHTTP(w, r)
+		return
+	}
+	sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), limit: s.lim.WriteTimeout, m: s.m}
+	sw.t = time.AfterFunc(sw.limit, sw.check)
+	defer sw.t.Stop()
+	s.p.ServeHTTP(sw, r)
 }
+
+// stallWriter bounds the time one write of an HTTP/2 response may block
+// (the stalled flow-control window): a client that opens a stream and
+// never sends WINDOW_UPDATE leaves the handler's Write waiting for window
+// with the response's Squid connection and buffers held, while the
+// connection itself stays busy with other streams or idle, so neither the
+// connection's write deadline (conn.Write) nor its idle timeout ends it.
+// A write blocked for Limits.WriteTimeout resets the stream (Go's server:
+// RST_STREAM INTERNAL_ERROR, the same as its own stream write deadline),
+// the Write returns an error, httputil.ReverseProxy stops, and the Squid
+// connection is closed (its body was not read to the end); counted in
+// pep_http_timeouts_total{phase="stream_write"}. One timer per request,
+// started with it and checked when it fires (no per-write deadline: Go's
+// SetWriteDeadline on a stream is a message to the connection's serve
+// loop).
+type stallWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	limit time.Duration
+	m     *Metrics
+	t     *time.Timer
+	since atomic.Int64 // when the Write in progress began (UnixNano); 0: none
+	reset atomic.Bool
+}
+
+func (w *stallWriter) Write(b []byte) (int, error) {
+	w.since.Store(time.Now().UnixNano())
+	n, err := w.ResponseWriter.Write(b)
+	w.since.Store(0)
+	return n, err
+}
+
+// check runs on the timer: it resets the stream if a Write has waited for
+// the limit, or arms the timer for when the one in progress would reach
+// it.
+func (w *stallWriter) check() {
+	next := w.limit
+	if s := w.since.Load(); s != 0 {
+		waited := time.Since(time.Unix(0, s))
+		if waited >= w.limit {
+			if w.reset.CompareAndSwap(false, true) {
+				w.m.timeouts.WithLabelValues("stream_write").Inc()
+				w.rc.SetWriteDeadline(aLongTimeAgo) // resets the stream at once
+			}
+			return
+		}
+		next = w.limit - waited
+	}
+	w.t.Reset(next)
+}
+
+// FlushError flushes (http.ResponseController).
+func (w *stallWriter) FlushError() error { return w.rc.Flush() }
+
+func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // replayConn reads buf (a ClientHello the splice read) before the
 // connection's own bytes.

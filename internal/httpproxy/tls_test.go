@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -83,6 +84,11 @@ var httpsVIPURLRE = regexp.MustCompile(`https://192\.0\.2\.12(:8443|:8444)?/([^/
 
 // tlsWorld is world with https VIP origins (k = len(origins)).
 func tlsWorld(t *testing.T, origins []string, lim Limits) (*pepd, *squid, *origin) {
+	return tlsWorldOpts(t, origins, lim, pepdOpts{})
+}
+
+// tlsWorldOpts is tlsWorld with pepd's maxUpstream from extra.
+func tlsWorldOpts(t *testing.T, origins []string, lim Limits, extra pepdOpts) (*pepd, *squid, *origin) {
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
@@ -91,7 +97,7 @@ func tlsWorld(t *testing.T, origins []string, lim Limits) (*pepd, *squid, *origi
 	sq := startSquid(t, sc)
 	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port},
-		origins: origins, vipNames: []string{"vip.test"}, limits: lim})
+		origins: origins, vipNames: []string{"vip.test"}, limits: lim, maxUpstream: extra.maxUpstream})
 	return p, sq, o
 }
 
@@ -251,5 +257,70 @@ func TestTLSOptimizer(t *testing.T) {
 	resp.Body.Close()
 	if resp.ProtoMajor != 2 || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "image/webp" {
 		t.Fatalf("%s %s %q, %d bytes (original %d): not a WebP over HTTP/2", resp.Proto, resp.Status, resp.Header.Get("Content-Type"), len(b), len(w.images["photo.jpg"]))
+	}
+}
+
+// TestUpstreamPoolGrows: 24 concurrent HTTP/2 streams of one subscriber
+// on one connection, each for an object Squid may not store (no-store,
+// 300 ms at the origin, so that they overlap): the pool to Squid opens a
+// connection per request in flight up to its bound (MaxUpstreamConns),
+// never more; past it requests wait for a connection and are all served.
+// With a bound of 64 the pool grows to the concurrency itself.
+func TestUpstreamPoolGrows(t *testing.T) {
+	const streams = 24
+	for _, c := range []struct {
+		bound    int
+		min, max int // the peak of open connections must be within
+	}{
+		{bound: 4, min: 4, max: 4},
+		{bound: 64, min: streams * 3 / 4, max: streams},
+	} {
+		t.Run(fmt.Sprintf("bound %d", c.bound), func(t *testing.T) {
+			p, _, o := tlsWorldOpts(t, []string{"https://192.0.2.12"}, Limits{}, pepdOpts{maxUpstream: c.bound})
+			f := startTLSFront(t, p)
+			cl := f.client("127.0.0.9", "h2")
+			var wg sync.WaitGroup
+			codes := make(chan int, streams)
+			start := time.Now()
+			for i := 0; i < streams; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, err := cl.Get("https://192.0.2.12/img.cdn.test:" + o.Port + "/private.png")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.ProtoMajor != 2 {
+						t.Errorf("%s, want HTTP/2", resp.Proto)
+					}
+					codes <- resp.StatusCode
+				}()
+			}
+			wg.Wait()
+			close(codes)
+			n := map[int]int{}
+			for code := range codes {
+				n[code]++
+			}
+			peak, waits := p.Proxy.pool.peakOpen(), testutilValue(p.M.upstreamWaits)
+			open := testutilValue(p.M.upstreamOpen)
+			t.Logf("bound %d: %d streams answered %v in %v; peak %d connections to squid open, %v requests waited, %v open after",
+				c.bound, streams, n, time.Since(start), peak, waits, open)
+			if n[200] != streams {
+				t.Errorf("answers %v, want %d times 200", n, streams)
+			}
+			if peak < c.min || peak > c.max {
+				t.Errorf("peak of open connections to squid %d, want %d..%d", peak, c.min, c.max)
+			}
+			if open > float64(c.bound) {
+				t.Errorf("pep_http_upstream_open_connections %v above the bound %d", open, c.bound)
+			}
+			if c.bound < streams && waits == 0 {
+				t.Errorf("no request waited for a connection with %d streams over a bound of %d", streams, c.bound)
+			}
+		})
 	}
 }
