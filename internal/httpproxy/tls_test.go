@@ -3,10 +3,14 @@ package httpproxy
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -14,6 +18,7 @@ import (
 	"time"
 
 	"pep/internal/mode"
+	"pep/internal/testenv"
 	"pep/internal/viptls"
 	"pep/internal/viptls/viptlstest"
 )
@@ -323,4 +328,113 @@ func TestUpstreamPoolGrows(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readCountConn counts the bytes read from a connection.
+type readCountConn struct {
+	net.Conn
+	n int
+}
+
+func (c *readCountConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.n += n
+	return n, err
+}
+
+// TestTLSResumption: through ServeTLS, as pepd serves the VIP, a client
+// that keeps its session cache resumes on its second connection (no
+// certificate sent again), over TLS 1.3 when it offers 1.3 and 1.2; so
+// does openssl s_client (another TLS stack, sessions in a file) when it
+// is installed. It logs the bytes the server sends for a full and a
+// resumed handshake.
+func TestTLSResumption(t *testing.T) {
+	p, _ := attackWorld(t, Limits{})
+	f := startTLSFront(t, p)
+	cache := tls.NewLRUClientSessionCache(8)
+	var full int
+	for i := 0; i < 2; i++ {
+		raw, err := net.Dial("tcp", f.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc := &readCountConn{Conn: raw}
+		c := tls.Client(cc, &tls.Config{RootCAs: f.CA.Pool(), ServerName: testVIP.String(), NextProtos: []string{"h2"}, ClientSessionCache: cache})
+		if err := c.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		hs := cc.n
+		st := c.ConnectionState()
+		// A TLS 1.3 ticket comes after the handshake: read until the
+		// server's SETTINGS (the h2 preface) so that it has arrived.
+		io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+		c.SetReadDeadline(time.Now().Add(testenv.Scale(5 * time.Second)))
+		c.Read(make([]byte, 64))
+		c.Close()
+		t.Logf("connection %d: %s, ALPN %s, resumed %v, %d bytes from the server in the handshake, chain of %d certificates (%d bytes)",
+			i+1, tls.VersionName(st.Version), st.NegotiatedProtocol, st.DidResume, hs, len(st.PeerCertificates), chainBytes(st.PeerCertificates))
+		if st.Version != tls.VersionTLS13 {
+			t.Errorf("connection %d: %s, want TLS 1.3", i+1, tls.VersionName(st.Version))
+		}
+		if i == 0 {
+			full = hs
+			if st.DidResume {
+				t.Error("first connection resumed")
+			}
+			if len(st.PeerCertificates) != 1 {
+				t.Errorf("the server sent %d certificates, want the leaf alone (the CA is in the client's store)", len(st.PeerCertificates))
+			}
+		} else {
+			if !st.DidResume {
+				t.Error("second connection not resumed")
+			}
+			if hs >= full {
+				t.Errorf("resumed handshake %d bytes from the server, the full one %d", hs, full)
+			}
+		}
+	}
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Log("openssl not installed: no s_client check")
+		return
+	}
+	dir := t.TempDir()
+	caFile, sess := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "sess.pem")
+	os.WriteFile(caFile, f.CA.PEM, 0o644)
+	for i, arg := range []string{"-sess_out", "-sess_in"} {
+		cmd := exec.Command(openssl, "s_client", "-connect", f.Addr, "-CAfile", caFile, "-verify_return_error", "-alpn", "h2", arg, sess)
+		// Wait for the ticket (sent after the handshake) before closing.
+		cmd.Stdin = strings.NewReader("")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("openssl s_client %s: %v\n%s", arg, err, out)
+		}
+		o := string(out)
+		reused := strings.Contains(o, "\nReused, ")
+		t.Logf("openssl connection %d: reused %v; %s", i+1, reused, firstLine(o, "Protocol"))
+		if !strings.Contains(o, "Verify return code: 0 (ok)") {
+			t.Errorf("openssl connection %d: certificate not verified:\n%s", i+1, o)
+		}
+		if i == 1 && !reused {
+			t.Errorf("openssl's second connection not resumed:\n%s", o)
+		}
+	}
+}
+
+func chainBytes(cs []*x509.Certificate) int {
+	n := 0
+	for _, c := range cs {
+		n += len(c.Raw)
+	}
+	return n
+}
+
+// firstLine returns the first line of s containing sub, trimmed.
+func firstLine(s, sub string) string {
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
