@@ -20,7 +20,7 @@ import (
 //	pep_http_open_connections                      subscriber connections open now
 //	pep_http_connections_total                     subscriber connections accepted
 //	pep_http_connection_limit_waits_total          accepts that waited because http.max_conns were open
-//	pep_http_timeouts_total{phase}                 connections closed by read_header_timeout, idle_timeout or write_timeout; HTTP/2 streams reset by write_timeout (stream_write)
+//	pep_http_timeouts_total{phase}                 connections closed by read_header_timeout (read_header; tls_handshake for the VIP's TLS handshake), idle_timeout or write_timeout; HTTP/2 streams reset by write_timeout (stream_write)
 //	pep_http_host_mismatch_total{action}           intercepted requests whose Host did not resolve to the original destination
 //	pep_http_radio_header_bytes_removed            per response from Squid: header bytes the radio-side diet left out (Via, X-Cache, ...)
 //	pep_http_responses_truncated_total             responses cut short because Squid's body failed (the subscriber sees the close)
@@ -84,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		limitWaits: prometheus.NewCounter(opts("connection_limit_waits_total",
 			"Accepts that had to wait because http.max_conns connections were open.")),
 		timeouts: prometheus.NewCounterVec(opts("timeouts_total",
-			"Subscriber connections closed by a timeout, by phase (read_header, idle, write); stream_write: HTTP/2 streams reset because a write waited write_timeout for flow-control window."), []string{"phase"}),
+			"Subscriber connections closed by a timeout, by phase (read_header, tls_handshake, idle, write); stream_write: HTTP/2 streams reset because a write waited write_timeout for flow-control window."), []string{"phase"}),
 		hostMismatch: prometheus.NewCounterVec(opts("host_mismatch_total",
 			"Intercepted requests whose Host does not resolve to the original destination, by action (direct, refuse)."), []string{"action"}),
 		truncated: prometheus.NewCounter(opts("responses_truncated_total",

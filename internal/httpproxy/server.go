@@ -251,8 +251,10 @@ func baseConn(c net.Conn) *conn {
 // (ALPN h2) or HTTP/1.1, go to the same Proxy.ServeHTTP as the standard
 // library path's, so that they are decided, sent to Squid, adjusted and
 // marked as every other request (one request path), bounded by
-// MaxStreams per connection and MaxStreamsPerSubscriber. It returns at
-// once; c is served until it closes or Shutdown.
+// MaxStreams per connection and MaxStreamsPerSubscriber. The handshake
+// must end within ReadHeaderTimeout (a timeout is counted as
+// pep_http_timeouts_total{phase="tls_handshake"}). It returns at once; c
+// is served until it closes or Shutdown.
 func (s *Server) ServeTLS(c net.Conn, hello []byte, cfg *tls.Config) {
 	if s.closing() {
 		c.Close()
@@ -273,11 +275,28 @@ func (s *Server) ServeTLS(c net.Conn, hello []byte, cfg *tls.Config) {
 	}
 	s.tlsOnce.Do(func() { go s.tlsSrv.Serve(s.tlsHL) })
 	tc := tls.Server(&replayConn{Conn: cc, buf: hello}, cfg)
-	select {
-	case s.tlsHL.ch <- tc:
-	case <-s.tlsHL.closed:
-		tc.Close()
-	}
+	// The handshake is made here, within ReadHeaderTimeout (what
+	// http.Server would allow it), so that a subscriber that stalls it is
+	// told from a slowloris of HTTP: its timeout is counted as
+	// tls_handshake (conn.Read), not read_header.
+	cc.handshaking.Store(true)
+	go func() {
+		tc.SetReadDeadline(time.Now().Add(s.lim.ReadHeaderTimeout))
+		if err := tc.Handshake(); err != nil {
+			s.log.Debug("TLS handshake failed", "src", cc.src, "err", err)
+			tc.Close()
+			return
+		}
+		// The read deadline goes; the write deadline is conn.Write's
+		// (WriteTimeout, armed by the handshake's own writes).
+		tc.SetReadDeadline(time.Time{})
+		cc.handshaking.Store(false)
+		select {
+		case s.tlsHL.ch <- tc:
+		case <-s.tlsHL.closed:
+			tc.Close()
+		}
+	}()
 }
 
 // serveTLSRequest is the TLS server's handler: Proxy.ServeHTTP within the
@@ -621,6 +640,7 @@ type conn struct {
 	active      atomic.Bool // a request of this connection reached the handler and is not finished
 	idle        atomic.Bool // waiting for the next request, no byte of it read yet
 	waiting     atomic.Bool // relay: waiting for a request, no byte of it read yet (Shutdown closes it)
+	handshaking atomic.Bool // ServeTLS: in its TLS handshake
 	closed      atomic.Bool
 	src         netip.Addr  // the subscriber's address (per-subscriber bound)
 	wdlAt       time.Time   // when the write deadline was last armed
@@ -652,6 +672,9 @@ func (c *conn) Read(b []byte) (int, error) {
 		phase := "read_header"
 		if c.idle.Load() {
 			phase = "idle"
+		}
+		if c.handshaking.Load() {
+			phase = "tls_handshake"
 		}
 		c.s.m.timeouts.WithLabelValues(phase).Inc()
 	}

@@ -438,3 +438,34 @@ func firstLine(s, sub string) string {
 	}
 	return ""
 }
+
+// TestTLSHandshakeTimeout: a connection to the VIP's HTTPS origin that
+// sends half a ClientHello and stops is closed within ReadHeaderTimeout
+// of its start, counted as a tls_handshake timeout (not read_header: an
+// HTTP slowloris is counted apart).
+func TestTLSHandshakeTimeout(t *testing.T) {
+	p, _ := attackWorld(t, Limits{ReadHeaderTimeout: 500 * time.Millisecond})
+	f := startTLSFront(t, p)
+	c, err := net.Dial("tcp", f.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	// A TLS record header for a 512-byte handshake message, and 5 bytes.
+	c.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03})
+	c.SetReadDeadline(time.Now().Add(testenv.Scale(5 * time.Second)))
+	_, err = c.Read(make([]byte, 1))
+	took := time.Since(start)
+	tlsTO, hdrTO := testutilValue(p.M.timeouts.WithLabelValues("tls_handshake")), testutilValue(p.M.timeouts.WithLabelValues("read_header"))
+	t.Logf("half a ClientHello: closed after %v (%v); timeouts tls_handshake %v, read_header %v", took, err, tlsTO, hdrTO)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("still open after %v", took)
+	}
+	if took < 500*time.Millisecond || took > 500*time.Millisecond+testenv.Scale(2*time.Second) {
+		t.Errorf("closed after %v, want about the read header timeout (500ms)", took)
+	}
+	if tlsTO != 1 || hdrTO != 0 {
+		t.Errorf("timeouts tls_handshake %v, read_header %v; want 1 and 0", tlsTO, hdrTO)
+	}
+}
