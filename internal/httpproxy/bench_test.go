@@ -524,7 +524,7 @@ func BenchmarkH2CPU(b *testing.B) {
 	ns := startDNS(b, siteRecords)
 	o := startOrigin(b, originIP, pages)
 	port := o.Addr.Port()
-	sc := DefaultSquidConf(testVIP)
+	sc := pepsquid.DefaultConf(testVIP)
 	sc.ProxyProtocol = true
 	sc.Subscribers, sc.AllowedPorts, sc.AllowDst, sc.Resolvers = []string{"127.0.0.0/8"}, []uint16{port}, []string{originIP + "/32"}, []string{ns.IP}
 	if ns.Addr != ns.IP+":53" {
@@ -567,7 +567,7 @@ func BenchmarkH2CPU(b *testing.B) {
 		runH2loadP99(b, ph.url, time.Second, ph.conns, ph.streams, ph.h1)
 	}
 	d := time.Duration(secs) * time.Second
-	self, squidPid := os.Getpid(), sq.cmd.Process.Pid
+	self, squidPid := os.Getpid(), sq.Cmd.Process.Pid
 	type result struct {
 		pep, squid, ratio, rate float64
 		p99                     time.Duration
