@@ -317,8 +317,10 @@ func (s *Server) serveTLSRequest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), limit: s.lim.WriteTimeout, m: s.m}
+	sw.mu.Lock()
 	sw.t = time.AfterFunc(sw.limit, sw.check)
-	defer sw.t.Stop()
+	sw.mu.Unlock()
+	defer sw.finish()
 	s.p.ServeHTTP(sw, r)
 }
 
@@ -341,9 +343,20 @@ type stallWriter struct {
 	rc    *http.ResponseController
 	limit time.Duration
 	m     *Metrics
-	t     *time.Timer
 	since atomic.Int64 // when the Write in progress began (UnixNano); 0: none
-	reset atomic.Bool
+
+	mu    sync.Mutex  // check against finish
+	t     *time.Timer // nil once finished
+	reset bool
+}
+
+// finish stops the timer before the handler returns: Go's server frees
+// the stream's writer after that, and a check must not touch it then.
+func (w *stallWriter) finish() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.t.Stop()
+	w.t = nil
 }
 
 func (w *stallWriter) Write(b []byte) (int, error) {
@@ -357,14 +370,18 @@ func (w *stallWriter) Write(b []byte) (int, error) {
 // the limit, or arms the timer for when the one in progress would reach
 // it.
 func (w *stallWriter) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.t == nil || w.reset {
+		return
+	}
 	next := w.limit
 	if s := w.since.Load(); s != 0 {
 		waited := time.Since(time.Unix(0, s))
 		if waited >= w.limit {
-			if w.reset.CompareAndSwap(false, true) {
-				w.m.timeouts.WithLabelValues("stream_write").Inc()
-				w.rc.SetWriteDeadline(aLongTimeAgo) // resets the stream at once
-			}
+			w.reset = true
+			w.m.timeouts.WithLabelValues("stream_write").Inc()
+			w.rc.SetWriteDeadline(aLongTimeAgo) // resets the stream at once
 			return
 		}
 		next = w.limit - waited
@@ -372,8 +389,14 @@ func (w *stallWriter) check() {
 	w.t.Reset(next)
 }
 
-// FlushError flushes (http.ResponseController).
-func (w *stallWriter) FlushError() error { return w.rc.Flush() }
+// FlushError flushes (http.ResponseController); a flush waits for window
+// as a Write does.
+func (w *stallWriter) FlushError() error {
+	w.since.Store(time.Now().UnixNano())
+	err := w.rc.Flush()
+	w.since.Store(0)
+	return err
+}
 
 func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
