@@ -96,6 +96,13 @@ func TestSoak(t *testing.T) {
 	s.refAt = 120 * time.Second
 	if dur < 6*time.Minute {
 		s.refAt = dur / 3
+		if s.h2N > 0 {
+			// The HTTP/2 clients, ramped up over s.ramp, reach their
+			// steady state (pooled connections to Squid and buffers at
+			// their bursts' concurrency) after two bursts at most: a
+			// think time of up to 1.5 s.think each.
+			s.refAt = max(s.refAt, s.ramp+3*s.think)
+		}
 	}
 	// Open files here: pepd's two per connection (fewer for the posters,
 	// pooled), the slow clients' three, the origin, Squid's pipes.
