@@ -23,7 +23,7 @@ DEB_PKGS := $(BUILD_PKGS) squid dnsmasq dnsutils chromium nftables iproute2 ipta
             dnsperf wrk procps ca-certificates docker-compose prometheus haproxy \
             webp python3-skimage python3-pil curl systemd libnss3-tools nghttp2-client
 
-.PHONY: help build build-deps install-pkgs test test-unit test-egress deps vet fmt clean bench soak
+.PHONY: help build build-deps install-pkgs test test-unit test-egress deps vet fmt clean bench bench-h2 soak
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | \
@@ -88,6 +88,21 @@ test-egress: deps build ## test-unit where nothing can leave the machine; fails 
 
 bench: ## Go benchmarks (rewriter, DNS, emulator, HTTP path)
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./...
+
+# bench-h2: internal/httpproxy BenchmarkH2CPU (issue 25): pepd's CPU per
+# cached request over HTTP/2 with TLS to the VIP against the HTTP/1.1
+# relay, on the same Squid hits, h2load for every phase (8 requests in
+# flight, connections kept), p99 latency; BENCH_H2_ROUNDS rounds of
+# BENCH_H2_SECONDS per phase; BENCH_H2_PERF=1 adds system calls per request
+# (perf stat, root).
+BENCH_H2_ROUNDS  ?= 5
+BENCH_H2_SECONDS ?= 3
+BENCH_H2_PERF    ?= 0
+
+bench-h2: ## CPU per request and p99, HTTP/2 over TLS to the VIP against the HTTP/1.1 relay (h2load; BENCH_H2_ROUNDS=5)
+	@$(MAKE) --no-print-directory install-pkgs PKGS='squid nghttp2-client'
+	PEP_BENCH_ROUNDS=$(BENCH_H2_ROUNDS) PEP_BENCH_SECONDS=$(BENCH_H2_SECONDS) PEP_BENCH_PERF=$(BENCH_H2_PERF) \
+	  $(GO) test -count=1 -run '^$$' -bench '^BenchmarkH2CPU$$' -benchtime 1x -timeout 30m ./internal/httpproxy/
 
 # soak: internal/httpproxy TestSoak (skipped unless PEP_SOAK is set: make
 # test runs it for 60 s after the unit tests): 10,000 kept-alive connections through pepd and a

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -40,8 +41,14 @@ type Gateway struct {
 	// HTTPPort is pepd's TPROXY listener (config listen.tproxy) for
 	// intercepted port 80 and VIP:80.
 	HTTPPort uint16
-	// TLSPort is pepd's TLS listener (config listen.tls) for VIP:443.
+	// TLSPort is pepd's TLS listener (config listen.tls) for VIP:443 and
+	// the VIP's other TLS ports (VIPTLSPorts).
 	TLSPort uint16
+	// VIPTLSPorts are the VIP's TCP ports steered to TLSPort: 443 (the
+	// SNI splice, and the first shard of the VIP's HTTPS origin) and
+	// every other port of its k shards (pepd's https.shards and
+	// https.shard_ports: config.HTTPS.Ports). Empty means 443 alone.
+	VIPTLSPorts []uint16
 	// DNSPort is pepd's DNS listener (config listen.dns), UDP and TCP.
 	DNSPort uint16
 	// Mark is the fwmark bit that selects the local route table; one bit,
@@ -106,6 +113,11 @@ func (g Gateway) Validate() error {
 			return fmt.Errorf("deploy: %s: 0 is not a port", p.name)
 		}
 	}
+	for i, p := range g.VIPTLSPorts {
+		if p == 0 || slices.Contains(g.VIPTLSPorts[:i], p) {
+			return fmt.Errorf("deploy: vip-tls-ports: port %d is zero or repeated", p)
+		}
+	}
 	if g.Mark == 0 || g.Mark&(g.Mark-1) != 0 {
 		return fmt.Errorf("deploy: mark: %#x is not a single bit", g.Mark)
 	}
@@ -129,15 +141,37 @@ func RenderRuleset(src []byte, g Gateway) ([]byte, error) {
 		return nil, err
 	}
 	values := map[string]string{
-		"SUB_IFS":   ifSet(g.SubscriberIfs),
-		"SUB_NETS":  netSet(g.SubscriberNets),
-		"VIP":       g.VIP.String(),
-		"HTTP_PORT": strconv.Itoa(int(g.HTTPPort)),
-		"TLS_PORT":  strconv.Itoa(int(g.TLSPort)),
-		"DNS_PORT":  strconv.Itoa(int(g.DNSPort)),
-		"MARK":      fmt.Sprintf("0x%08x", g.Mark),
+		"SUB_IFS":       ifSet(g.SubscriberIfs),
+		"SUB_NETS":      netSet(g.SubscriberNets),
+		"VIP":           g.VIP.String(),
+		"HTTP_PORT":     strconv.Itoa(int(g.HTTPPort)),
+		"TLS_PORT":      strconv.Itoa(int(g.TLSPort)),
+		"VIP_TLS_PORTS": portSet(g.vipTLSPorts()),
+		"DNS_PORT":      strconv.Itoa(int(g.DNSPort)),
+		"MARK":          fmt.Sprintf("0x%08x", g.Mark),
 	}
 	return setDefines(src, values, "ruleset")
+}
+
+// vipTLSPorts returns VIPTLSPorts with 443 first, whether or not it was
+// given (the splice needs it).
+func (g Gateway) vipTLSPorts() []uint16 {
+	out := []uint16{443}
+	for _, p := range g.VIPTLSPorts {
+		if p != 443 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// portSet formats ports as an nft anonymous set: { 443, 8443 }.
+func portSet(ports []uint16) string {
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return "{ " + strings.Join(s, ", ") + " }"
 }
 
 // ifSet and netSet format interface names and prefixes as nft anonymous

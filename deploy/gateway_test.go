@@ -15,6 +15,7 @@ func TestRenderRulesetGolden(t *testing.T) {
 	g.SubscriberNets = []netip.Prefix{netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("10.20.0.0/16")}
 	g.VIP = netip.MustParseAddr("10.0.0.12")
 	g.HTTPPort, g.TLSPort, g.DNSPort, g.Mark = 8080, 8443, 5300, 0x100
+	g.VIPTLSPorts = []uint16{443, 9443, 9444} // https.shards 3, https.shard_ports [443, 9443, 9444]
 	got, err := RenderRuleset(Ruleset, g)
 	if err != nil {
 		t.Fatal(err)
@@ -29,6 +30,33 @@ func TestRenderRulesetGolden(t *testing.T) {
 	}
 	if string(got) != string(want) {
 		t.Errorf("rendered ruleset differs from %s (PEP_UPDATE_GOLDEN=1 rewrites it):\n%s", golden, got)
+	}
+}
+
+// TestRenderVIPTLSPorts: every shard port of the VIP's HTTPS origin is
+// steered to listen.tls, 443 always (the splice), each port once.
+func TestRenderVIPTLSPorts(t *testing.T) {
+	for _, c := range []struct {
+		ports []uint16
+		want  string
+	}{
+		{nil, "{ 443 }"},
+		{[]uint16{443}, "{ 443 }"},
+		{[]uint16{443, 8443, 8444}, "{ 443, 8443, 8444 }"},
+		{[]uint16{8443, 8444}, "{ 443, 8443, 8444 }"},
+	} {
+		g := Default()
+		g.VIPTLSPorts = c.ports
+		got, err := RenderRuleset(Ruleset, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line := "define VIP_TLS_PORTS = " + c.want; !strings.Contains(string(got), line+" ") {
+			t.Errorf("ports %v: no line %q in\n%s", c.ports, line, got)
+		}
+		if !strings.Contains(string(got), "ip daddr $VIP tcp dport $VIP_TLS_PORTS tproxy to :$TLS_PORT") {
+			t.Errorf("ports %v: no TPROXY rule for $VIP_TLS_PORTS", c.ports)
+		}
 	}
 }
 
@@ -59,6 +87,7 @@ func TestRenderRulesetErrors(t *testing.T) {
 		{"two-bit mark", string(Ruleset), func(g *Gateway) { g.Mark = 3 }, `deploy: mark: 0x3 is not a single bit`},
 		{"main table", string(Ruleset), func(g *Gateway) { g.Table = 254 }, `deploy: table: 254 is outside 1-252`},
 		{"zero port", string(Ruleset), func(g *Gateway) { g.DNSPort = 0 }, `deploy: dns-port: 0 is not a port`},
+		{"repeated shard port", string(Ruleset), func(g *Gateway) { g.VIPTLSPorts = []uint16{443, 8443, 8443} }, `deploy: vip-tls-ports: port 8443 is zero or repeated`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"cmp"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -395,4 +396,224 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 			b.Logf("%s upstream connections the relay opened: %v (8 per wrk run)", name, testutilValue(relay.M.upstreamConns))
 		})
 	}
+}
+
+// h2loadRun is what one h2load run measured.
+type h2loadRun struct {
+	n   int           // requests that succeeded
+	p99 time.Duration // 99th percentile of the request times (--log-file)
+}
+
+// runH2loadP99 runs h2load with conns connections and streams
+// concurrent requests on each (HTTP/2 streams, or with h1 HTTP/1.1
+// requests, -m1 only) for d against url, reading each request's time from
+// its --log-file; any failed request fails b.
+func runH2loadP99(b *testing.B, url string, d time.Duration, conns, streams int, h1 bool) h2loadRun {
+	log := filepath.Join(b.TempDir(), "h2load.log")
+	args := []string{"-c" + strconv.Itoa(conns), "-m" + strconv.Itoa(streams), "-D", strconv.Itoa(int(d.Seconds())), "--log-file=" + log}
+	if h1 {
+		args = append(args, "--h1")
+	}
+	out, err := exec.Command("h2load", append(args, url)...).CombinedOutput()
+	if err != nil {
+		b.Fatalf("h2load %v: %v\n%s", args, err, out)
+	}
+	m := h2loadRE.FindStringSubmatch(string(out))
+	if m == nil {
+		b.Fatalf("h2load output: %s", out)
+	}
+	if m[3] != "0" || m[4] != "0" || m[2] == "0" {
+		b.Fatalf("h2load saw failures:\n%s", out)
+	}
+	n, _ := strconv.Atoi(m[2])
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var times []time.Duration
+	for line := range strings.SplitSeq(strings.TrimSpace(string(raw)), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) < 3 {
+			continue
+		}
+		if f[1] != "200" {
+			b.Fatalf("h2load: status %s in %q", f[1], line)
+		}
+		us, err := strconv.Atoi(f[2])
+		if err != nil {
+			b.Fatalf("h2load log line %q", line)
+		}
+		times = append(times, time.Duration(us)*time.Microsecond)
+	}
+	if len(times) == 0 {
+		b.Fatalf("h2load log %s is empty", log)
+	}
+	slices.Sort(times)
+	return h2loadRun{n: n, p99: times[len(times)*99/100]}
+}
+
+// perfEvents are the system calls PEP_BENCH_PERF counts.
+const perfEvents = "syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex"
+
+// perfPerRequest formats perf stat's CSV output (-x,) as counts per
+// request, n requests.
+func perfPerRequest(out string, n int) string {
+	var parts []string
+	for line := range strings.SplitSeq(out, "\n") {
+		f := strings.Split(line, ",")
+		if len(f) < 3 || !strings.HasPrefix(f[2], "syscalls:sys_enter_") {
+			continue
+		}
+		c, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f", strings.TrimPrefix(f[2], "syscalls:sys_enter_"), c/float64(n)))
+	}
+	if parts == nil {
+		return "perf gave no counts: " + out
+	}
+	return strings.Join(parts, ", ")
+}
+
+// BenchmarkH2CPU measures pepd's CPU time per cached request over HTTP/2
+// with TLS to the VIP's HTTPS origin (Server.ServeTLS, Go's TLS and HTTP/2
+// servers, Proxy.ServeHTTP) against the HTTP/1.1 relay (issue 25's
+// acceptance: at most 1.5 times the relay's), on the same Squid hits (a
+// 10 KB image in Squid's memory cache, PROXY protocol), in one run with
+// one load generator, h2load (Debian nghttp2-client), for every phase.
+// Each phase has 8 requests in flight, on connections kept for the whole
+// phase (one TLS handshake per connection per phase):
+//
+//   - relay-h1: HTTP/1.1 to pepd's plain listener (the relay), 8
+//     connections (h2load --h1 -c8 -m1);
+//   - tls-h1: HTTP/1.1 over TLS to the VIP (--h1, 8 connections);
+//   - h2-c8m1: HTTP/2 over TLS, 8 connections with 1 stream each;
+//   - h2-c1m8: HTTP/2 over TLS, 1 connection with 8 streams (a browser's
+//     shape: one connection per origin, its requests multiplexed).
+//
+// pepd runs in this process with GOMAXPROCS 1 (pepd's procs setting on an
+// appliance where Squid has the other core); the CPU counted is this
+// process's (cputime, /proc) over the phase, divided by the requests
+// h2load completed. A round runs each phase once; the median round is
+// reported per phase, as µs/req, the ratio to relay-h1 in the same round,
+// and h2load's 99th percentile request time. Run (make bench-h2):
+//
+//	go test -run '^$' -bench H2CPU -benchtime 1x ./internal/httpproxy/
+//
+// PEP_BENCH_SECONDS sets each phase's length (default 3), PEP_BENCH_ROUNDS
+// the rounds (default 5), PEP_BENCH_PHASES the phases after relay-h1
+// (comma-separated labels; default all). -cpuprofile profiles every phase
+// together. PEP_BENCH_PERF=1 counts pepd's system calls per request
+// (read, write, epoll_wait, futex; perf stat on this process for each
+// phase's length, root): where the difference in CPU goes.
+func BenchmarkH2CPU(b *testing.B) {
+	if _, err := exec.LookPath("h2load"); err != nil {
+		b.Skip("h2load not installed (apt-get install -y nghttp2-client)")
+	}
+	secs, rounds := 3, 5
+	if s, err := strconv.Atoi(os.Getenv("PEP_BENCH_SECONDS")); err == nil && s > 0 {
+		secs = s
+	}
+	if s, err := strconv.Atoi(os.Getenv("PEP_BENCH_ROUNDS")); err == nil && s > 0 {
+		rounds = s
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	pages := map[string]page{"img.cdn.test/logo.png": {ctype: "image/png", body: strings.Repeat("x", 10<<10),
+		header: map[string]string{"Content-Length": strconv.Itoa(10 << 10)}}}
+	ns := startDNS(b, siteRecords)
+	o := startOrigin(b, originIP, pages)
+	port := o.Addr.Port()
+	sc := pepsquid.DefaultConf(testVIP)
+	sc.ProxyProtocol = true
+	sc.Subscribers, sc.AllowedPorts, sc.AllowDst, sc.Resolvers = []string{"127.0.0.0/8"}, []uint16{port}, []string{originIP + "/32"}, []string{ns.IP}
+	if ns.Addr != ns.IP+":53" {
+		sc.HostsFile = writeHosts(b, siteRecords)
+	}
+	sq := startSquid(b, sc)
+	// pepd logs errors only: debug lines per request would be measured,
+	// and the warnings of requests h2load cancels when a phase ends
+	// ("context canceled") would take the lines a benchmark may print.
+	log := slog.New(slog.NewTextHandler(tWriter{b}, &slog.HandlerOptions{Level: slog.LevelError}))
+	p := startPepd(b, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL, log: log,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{port}})
+	front := startTLSFront(b, p)
+	vipPath := "/img.cdn.test:" + o.Port + "/logo.png"
+	// The listeners' own addresses are the VIP for pepd (decide.isVIPHost).
+	relayURL, tlsURL := "http://"+p.Addr+vipPath, "https://"+front.Addr+vipPath
+	type phaseDef struct {
+		label          string
+		url            string
+		conns, streams int
+		h1             bool
+	}
+	phases := []phaseDef{
+		{"relay-h1", relayURL, 8, 1, true},
+		{"tls-h1", tlsURL, 8, 1, true},
+		{"h2-c8m1", tlsURL, 8, 1, false},
+		{"h2-c1m8", tlsURL, 1, 8, false},
+	}
+	if v := os.Getenv("PEP_BENCH_PHASES"); v != "" {
+		keep := phases[:1]
+		for _, ph := range phases[1:] {
+			if slices.Contains(strings.Split(v, ","), ph.label) {
+				keep = append(keep, ph)
+			}
+		}
+		phases = keep
+	}
+	// Warm: Squid's cache, pepd's resolver cache, the upstream pool.
+	for _, ph := range phases {
+		runH2loadP99(b, ph.url, time.Second, ph.conns, ph.streams, ph.h1)
+	}
+	d := time.Duration(secs) * time.Second
+	self, squidPid := os.Getpid(), sq.Cmd.Process.Pid
+	type result struct {
+		pep, squid, ratio, rate float64
+		p99                     time.Duration
+	}
+	res := map[string][]result{}
+	syscalls := map[string]string{}
+	b.ResetTimer()
+	for range rounds {
+		var relay float64
+		for _, ph := range phases {
+			var perf *exec.Cmd
+			var perfOut strings.Builder
+			if os.Getenv("PEP_BENCH_PERF") == "1" {
+				perf = exec.Command("perf", "stat", "-x,", "-e", perfEvents, "-p", strconv.Itoa(self), "--", "sleep", strconv.Itoa(secs))
+				perf.Stderr = &perfOut
+				if err := perf.Start(); err != nil {
+					b.Fatalf("perf: %v", err)
+				}
+			}
+			s0, p0 := procCPU(b, squidPid), procCPU(b, self)
+			r := runH2loadP99(b, ph.url, d, ph.conns, ph.streams, ph.h1)
+			s1, p1 := procCPU(b, squidPid), procCPU(b, self)
+			if perf != nil {
+				perf.Wait()
+				syscalls[ph.label] = perfPerRequest(perfOut.String(), r.n) // the last round's
+			}
+			pep := float64(p1-p0) / float64(r.n) / 1e3
+			if ph.label == "relay-h1" {
+				relay = pep
+			}
+			res[ph.label] = append(res[ph.label], result{pep, float64(s1-s0) / float64(r.n) / 1e3, pep / relay, float64(r.n) / d.Seconds(), r.p99})
+		}
+	}
+	b.StopTimer()
+	for _, ph := range phases {
+		rs := res[ph.label]
+		slices.SortFunc(rs, func(x, y result) int { return cmp.Compare(x.ratio, y.ratio) })
+		m := rs[len(rs)/2]
+		b.ReportMetric(m.pep, ph.label+"-pep-µs/req")
+		b.ReportMetric(m.ratio, ph.label+"-ratio")
+		b.ReportMetric(float64(m.p99.Microseconds()), ph.label+"-p99-µs")
+		b.Logf("%-8s pepd %6.1f µs/req (x%.2f relay-h1; min x%.2f, max x%.2f over %d rounds), squid %5.1f µs/req, %6.0f req/s, p99 %v",
+			ph.label, m.pep, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), m.squid, m.rate, m.p99)
+		if sc := syscalls[ph.label]; sc != "" {
+			b.Logf("%-8s system calls per request (last round): %s", ph.label, sc)
+		}
+	}
+	b.Logf("upstream connections to squid opened: %v", testutilValue(p.M.upstreamConns))
 }

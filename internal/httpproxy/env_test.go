@@ -294,6 +294,7 @@ type pepdOpts struct {
 	log           *slog.Logger                    // nil: every line to t.Log (testLogger)
 	origins       []string                        // rewrite.Config.Origins (https VIP origins)
 	vipNames      []string                        // Options.VIPNames
+	maxUpstream   int                             // Options.MaxUpstreamConns
 }
 
 var testVIP = netip.MustParseAddr("192.0.2.12")
@@ -325,7 +326,7 @@ func startPepd(t testing.TB, o pepdOpts) *pepd {
 	sw := mode.NewSwitch(o.mode)
 	p, err := New(Options{
 		VIP: testVIP, VIPNames: o.vipNames, Squid: o.squid, SquidProxyProtocol: o.proxyProtocol, Mode: sw, Log: log, Metrics: m,
-		UpstreamTimeout: cmp.Or(o.upTimeout, testenv.Scale(10*time.Second)), UpstreamIdle: o.upIdle, Optimize: o.optimize, Cache: o.cache, Hints: o.hints,
+		UpstreamTimeout: cmp.Or(o.upTimeout, testenv.Scale(10*time.Second)), UpstreamIdle: o.upIdle, MaxUpstreamConns: o.maxUpstream, Optimize: o.optimize, Cache: o.cache, Hints: o.hints,
 		Settings: Settings{
 			Policy:       guard.New(guard.Options{Subscribers: subs, AllowedPorts: o.ports, Allow: allow, Self: []netip.Addr{testVIP}}),
 			Resolver:     &Resolver{Servers: []string{o.resolver}, Timeout: time.Second},

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"pep/internal/mode"
+	"pep/internal/testenv"
 )
 
 // h2conn is a raw HTTP/2 client connection over TLS (ALPN h2) to the VIP's
@@ -315,4 +316,85 @@ func TestH2IdleMemory(t *testing.T) {
 		t.Errorf("%.0f KB per idle HTTP/2 connection", per/1024)
 	}
 	_ = clients
+}
+
+// TestH2StalledWindow: a client that opens a stream for a 16 MB object
+// with a stream window of 0 and never sends WINDOW_UPDATE gets the
+// response head, then, once the handler's write has waited WriteTimeout
+// (1 s) for window, RST_STREAM INTERNAL_ERROR: counted in
+// pep_http_timeouts_total{phase="stream_write"}, and the Squid connection
+// that carried the response is closed (pep_http_upstream_open_connections
+// back to 0), its buffers with it; the goroutines come back. The
+// connection itself is not closed (it answers a PING).
+func TestH2StalledWindow(t *testing.T) {
+	const limit = time.Second
+	p, f, o := h2World(t, Limits{WriteTimeout: limit})
+	g0 := runtime.NumGoroutine()
+	h := dialH2(t, f, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	s0 := testutil.ToFloat64(p.M.timeouts.WithLabelValues("stream_write"))
+	start := time.Now()
+	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: h.headers("/big.test:" + o.Port + "/big.bin"), EndStream: true, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.c.SetReadDeadline(time.Now().Add(testenv.Scale(15 * time.Second)))
+	var head, reset time.Duration
+	var code http2.ErrCode
+	for reset == 0 {
+		fr, err := h.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("after %v (head after %v): %v; the stalled stream was not reset", time.Since(start), head, err)
+		}
+		switch fr := fr.(type) {
+		case *http2.HeadersFrame:
+			head = time.Since(start)
+		case *http2.DataFrame:
+			if len(fr.Data()) > 0 {
+				t.Fatalf("DATA of %d bytes on a zero window", len(fr.Data()))
+			}
+		case *http2.RSTStreamFrame:
+			reset, code = time.Since(start), fr.ErrCode
+		case *http2.GoAwayFrame:
+			t.Fatalf("GOAWAY %v after %v: the connection, not the stream, was ended", fr.ErrCode, time.Since(start))
+		}
+	}
+	// The Squid connection is closed and the handler's goroutines end.
+	var open float64
+	var g1 int
+	for deadline := time.Now().Add(testenv.Scale(5 * time.Second)); ; time.Sleep(20 * time.Millisecond) {
+		open, g1 = testutil.ToFloat64(p.M.upstreamOpen), runtime.NumGoroutine()
+		if open == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	s1 := testutil.ToFloat64(p.M.timeouts.WithLabelValues("stream_write"))
+	t.Logf("stalled window: head after %v, RST_STREAM %v after %v (write timeout %v); stream_write timeouts %v -> %v; connections to squid open %v; goroutines %d -> %d",
+		head, code, reset, limit, s0, s1, open, g0, g1)
+	if head == 0 {
+		t.Error("no response head before the reset")
+	}
+	if code != http2.ErrCodeInternal {
+		t.Errorf("RST_STREAM %v, want INTERNAL_ERROR (a write timeout)", code)
+	}
+	if reset < limit || reset > limit+testenv.Scale(3*time.Second) {
+		t.Errorf("stream reset %v after the request, want within %v..%v", reset, limit, limit+testenv.Scale(3*time.Second))
+	}
+	if s1 != s0+1 {
+		t.Errorf("pep_http_timeouts_total{phase=stream_write} %v -> %v, want one more", s0, s1)
+	}
+	if open != 0 {
+		t.Errorf("%v connections to squid still open after the reset", open)
+	}
+	// The connection goes on: a PING is answered.
+	if err := h.fr.WritePing(false, [8]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		fr, err := h.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("connection after the reset: %v", err)
+		}
+		if pf, ok := fr.(*http2.PingFrame); ok && pf.IsAck() {
+			break
+		}
+	}
 }

@@ -15,10 +15,12 @@ import (
 //	pep_http_upstream_bytes_total{direction}       bytes written to / read from Squid and direct origins
 //	pep_http_upstream_seconds{path}                time to upstream response headers (squid, direct)
 //	pep_http_upstream_connections_total{path}      upstream connections opened
+//	pep_http_upstream_open_connections             connections to Squid open now (idle and in use; Options.MaxUpstreamConns)
+//	pep_http_upstream_pool_waits_total             requests that waited because the pool to Squid was at its bound
 //	pep_http_open_connections                      subscriber connections open now
 //	pep_http_connections_total                     subscriber connections accepted
 //	pep_http_connection_limit_waits_total          accepts that waited because http.max_conns were open
-//	pep_http_timeouts_total{phase}                 connections closed by read_header_timeout or idle_timeout
+//	pep_http_timeouts_total{phase}                 connections closed by read_header_timeout (read_header; tls_handshake for the VIP's TLS handshake), idle_timeout or write_timeout; HTTP/2 streams reset by write_timeout (stream_write)
 //	pep_http_host_mismatch_total{action}           intercepted requests whose Host did not resolve to the original destination
 //	pep_http_radio_header_bytes_removed            per response from Squid: header bytes the radio-side diet left out (Via, X-Cache, ...)
 //	pep_http_responses_truncated_total             responses cut short because Squid's body failed (the subscriber sees the close)
@@ -30,6 +32,8 @@ type Metrics struct {
 	upstreamBytes   *prometheus.CounterVec
 	upstreamSeconds *prometheus.HistogramVec
 	upstreamConns   *prometheus.CounterVec
+	upstreamOpen    prometheus.Gauge
+	upstreamWaits   prometheus.Counter
 	openConns       prometheus.Gauge
 	conns           prometheus.Counter
 	limitWaits      prometheus.Counter
@@ -70,13 +74,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"path"}),
 		upstreamConns: prometheus.NewCounterVec(opts("upstream_connections_total",
 			"Upstream connections opened, by path (squid, direct)."), []string{"path"}),
+		upstreamOpen: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "http", Name: "upstream_open_connections",
+			Help: "Connections to Squid open now, idle and in use (bounded by the pool's MaxUpstreamConns)."}),
+		upstreamWaits: prometheus.NewCounter(opts("upstream_pool_waits_total",
+			"Requests that found the pool of connections to Squid at its bound and waited for one.")),
 		openConns: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "http", Name: "open_connections",
 			Help: "Subscriber connections open now."}),
 		conns: prometheus.NewCounter(opts("connections_total", "Subscriber connections accepted.")),
 		limitWaits: prometheus.NewCounter(opts("connection_limit_waits_total",
 			"Accepts that had to wait because http.max_conns connections were open.")),
 		timeouts: prometheus.NewCounterVec(opts("timeouts_total",
-			"Subscriber connections closed by a timeout, by phase (read_header, idle, write)."), []string{"phase"}),
+			"Subscriber connections closed by a timeout, by phase (read_header, tls_handshake, idle, write); stream_write: HTTP/2 streams reset because a write waited write_timeout for flow-control window."), []string{"phase"}),
 		hostMismatch: prometheus.NewCounterVec(opts("host_mismatch_total",
 			"Intercepted requests whose Host does not resolve to the original destination, by action (direct, refuse)."), []string{"action"}),
 		truncated: prometheus.NewCounter(opts("responses_truncated_total",
@@ -93,7 +101,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.upDirect = m.upstreamSeconds.WithLabelValues("direct")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.refused, m.badRequests, m.clientBytes,
-			m.upstreamBytes, m.upstreamSeconds, m.upstreamConns, m.openConns, m.conns, m.limitWaits,
+			m.upstreamBytes, m.upstreamSeconds, m.upstreamConns, m.upstreamOpen, m.upstreamWaits, m.openConns, m.conns, m.limitWaits,
 			m.timeouts, m.hostMismatch, m.dietBytes, m.truncated} {
 			if err := reg.Register(c); err != nil {
 				return nil, err

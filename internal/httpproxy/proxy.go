@@ -78,6 +78,12 @@ type Options struct {
 	// or connections are closed and opened again. Both HTTP paths take
 	// their connections from this pool (upstream.go). Zero means 16.
 	MaxIdlePerSubscriber int
+	// MaxUpstreamConns bounds the connections to Squid open at once, idle
+	// and in use, for all subscribers and both HTTP paths: the pool grows
+	// with the requests in flight up to it, and a request past it waits
+	// for a connection to be given back or closed, at most
+	// UpstreamTimeout (then 504). Zero means 4096.
+	MaxUpstreamConns int
 	// UpstreamIdle is how long an idle connection to Squid is kept for
 	// reuse; keep it below Squid's client_idle_pconn_timeout (2 min by
 	// default), or Squid closes it first (a request then finds it stale
@@ -197,7 +203,7 @@ func New(o Options) (*Proxy, error) {
 	if !p.pp {
 		idle *= 64
 	}
-	p.pool = newSquidPool(p, idle, cmp.Or(o.UpstreamIdle, DefaultConfig().UpstreamIdle))
+	p.pool = newSquidPool(p, idle, cmp.Or(o.MaxUpstreamConns, 4096), cmp.Or(o.UpstreamIdle, DefaultConfig().UpstreamIdle))
 	p.direct = &http.Transport{
 		DialContext:           p.dialDirect,
 		MaxIdleConns:          256,

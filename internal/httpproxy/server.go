@@ -218,12 +218,12 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 		ErrorLog:                     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnContext:                  connContext,
 		ConnState:                    connState,
-		HTTP2: &http.HTTP2Config{
-			MaxConcurrentStreams: lim.MaxStreams,
-			// A reader that takes no byte of a frame for this long is
-			// closed, as WriteTimeout does on HTTP/1.1 (the slow reader).
-			WriteByteTimeout: lim.WriteTimeout,
-		},
+		// No HTTP2Config.WriteByteTimeout: conn.Write arms the write
+		// deadline (WriteTimeout) under the TLS connection as for every
+		// subscriber connection, so a reader that takes no byte for that
+		// long is closed (the slow reader); Go's would set and clear a
+		// deadline around every flush (two timer updates per frame batch).
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: lim.MaxStreams},
 	}
 	return s
 }
@@ -251,8 +251,10 @@ func baseConn(c net.Conn) *conn {
 // (ALPN h2) or HTTP/1.1, go to the same Proxy.ServeHTTP as the standard
 // library path's, so that they are decided, sent to Squid, adjusted and
 // marked as every other request (one request path), bounded by
-// MaxStreams per connection and MaxStreamsPerSubscriber. It returns at
-// once; c is served until it closes or Shutdown.
+// MaxStreams per connection and MaxStreamsPerSubscriber. The handshake
+// must end within ReadHeaderTimeout (a timeout is counted as
+// pep_http_timeouts_total{phase="tls_handshake"}). It returns at once; c
+// is served until it closes or Shutdown.
 func (s *Server) ServeTLS(c net.Conn, hello []byte, cfg *tls.Config) {
 	if s.closing() {
 		c.Close()
@@ -273,11 +275,28 @@ func (s *Server) ServeTLS(c net.Conn, hello []byte, cfg *tls.Config) {
 	}
 	s.tlsOnce.Do(func() { go s.tlsSrv.Serve(s.tlsHL) })
 	tc := tls.Server(&replayConn{Conn: cc, buf: hello}, cfg)
-	select {
-	case s.tlsHL.ch <- tc:
-	case <-s.tlsHL.closed:
-		tc.Close()
-	}
+	// The handshake is made here, within ReadHeaderTimeout (what
+	// http.Server would allow it), so that a subscriber that stalls it is
+	// told from a slowloris of HTTP: its timeout is counted as
+	// tls_handshake (conn.Read), not read_header.
+	cc.handshaking.Store(true)
+	go func() {
+		tc.SetReadDeadline(time.Now().Add(s.lim.ReadHeaderTimeout))
+		if err := tc.Handshake(); err != nil {
+			s.log.Debug("TLS handshake failed", "src", cc.src, "err", err)
+			tc.Close()
+			return
+		}
+		// The read deadline goes; the write deadline is conn.Write's
+		// (WriteTimeout, armed by the handshake's own writes).
+		tc.SetReadDeadline(time.Time{})
+		cc.handshaking.Store(false)
+		select {
+		case s.tlsHL.ch <- tc:
+		case <-s.tlsHL.closed:
+			tc.Close()
+		}
+	}()
 }
 
 // serveTLSRequest is the TLS server's handler: Proxy.ServeHTTP within the
@@ -293,8 +312,93 @@ func (s *Server) serveTLSRequest(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.streams.release(src)
-	s.p.ServeHTTP(w, r)
+	if r.ProtoMajor != 2 || s.lim.WriteTimeout < 0 {
+		s.p.ServeHTTP(w, r)
+		return
+	}
+	sw := &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), limit: s.lim.WriteTimeout, m: s.m}
+	sw.mu.Lock()
+	sw.t = time.AfterFunc(sw.limit, sw.check)
+	sw.mu.Unlock()
+	defer sw.finish()
+	s.p.ServeHTTP(sw, r)
 }
+
+// stallWriter bounds the time one write of an HTTP/2 response may block
+// (the stalled flow-control window): a client that opens a stream and
+// never sends WINDOW_UPDATE leaves the handler's Write waiting for window
+// with the response's Squid connection and buffers held, while the
+// connection itself stays busy with other streams or idle, so neither the
+// connection's write deadline (conn.Write) nor its idle timeout ends it.
+// A write blocked for Limits.WriteTimeout resets the stream (Go's server:
+// RST_STREAM INTERNAL_ERROR, the same as its own stream write deadline),
+// the Write returns an error, httputil.ReverseProxy stops, and the Squid
+// connection is closed (its body was not read to the end); counted in
+// pep_http_timeouts_total{phase="stream_write"}. One timer per request,
+// started with it and checked when it fires (no per-write deadline: Go's
+// SetWriteDeadline on a stream is a message to the connection's serve
+// loop).
+type stallWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	limit time.Duration
+	m     *Metrics
+	since atomic.Int64 // when the Write in progress began (UnixNano); 0: none
+
+	mu    sync.Mutex  // check against finish
+	t     *time.Timer // nil once finished
+	reset bool
+}
+
+// finish stops the timer before the handler returns: Go's server frees
+// the stream's writer after that, and a check must not touch it then.
+func (w *stallWriter) finish() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.t.Stop()
+	w.t = nil
+}
+
+func (w *stallWriter) Write(b []byte) (int, error) {
+	w.since.Store(time.Now().UnixNano())
+	n, err := w.ResponseWriter.Write(b)
+	w.since.Store(0)
+	return n, err
+}
+
+// check runs on the timer: it resets the stream if a Write has waited for
+// the limit, or arms the timer for when the one in progress would reach
+// it.
+func (w *stallWriter) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.t == nil || w.reset {
+		return
+	}
+	next := w.limit
+	if s := w.since.Load(); s != 0 {
+		waited := time.Since(time.Unix(0, s))
+		if waited >= w.limit {
+			w.reset = true
+			w.m.timeouts.WithLabelValues("stream_write").Inc()
+			w.rc.SetWriteDeadline(aLongTimeAgo) // resets the stream at once
+			return
+		}
+		next = w.limit - waited
+	}
+	w.t.Reset(next)
+}
+
+// FlushError flushes (http.ResponseController); a flush waits for window
+// as a Write does.
+func (w *stallWriter) FlushError() error {
+	w.since.Store(time.Now().UnixNano())
+	err := w.rc.Flush()
+	w.since.Store(0)
+	return err
+}
+
+func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // replayConn reads buf (a ClientHello the splice read) before the
 // connection's own bytes.
@@ -559,6 +663,7 @@ type conn struct {
 	active      atomic.Bool // a request of this connection reached the handler and is not finished
 	idle        atomic.Bool // waiting for the next request, no byte of it read yet
 	waiting     atomic.Bool // relay: waiting for a request, no byte of it read yet (Shutdown closes it)
+	handshaking atomic.Bool // ServeTLS: in its TLS handshake
 	closed      atomic.Bool
 	src         netip.Addr  // the subscriber's address (per-subscriber bound)
 	wdlAt       time.Time   // when the write deadline was last armed
@@ -590,6 +695,9 @@ func (c *conn) Read(b []byte) (int, error) {
 		phase := "read_header"
 		if c.idle.Load() {
 			phase = "idle"
+		}
+		if c.handshaking.Load() {
+			phase = "tls_handshake"
 		}
 		c.s.m.timeouts.WithLabelValues(phase).Inc()
 	}

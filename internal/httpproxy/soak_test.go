@@ -63,7 +63,11 @@ import (
 // soft limit is raised to what is needed where the hard one allows. One
 // connection in ten posts a form first (the relay hands it over: the
 // standard library path, whose upstream connections are pooled per
-// subscriber) and now and then after. PEP_SOAK_CONNS (10000) and
+// subscriber) and now and then after. Beside them, PEP_SOAK_H2 (200)
+// HTTP/2 clients over TLS to the VIP's HTTPS origin (soakH2: one
+// connection each, 6 streams at a time) run in the test process, every
+// answer checked the same way, their latencies reported apart.
+// PEP_SOAK_CONNS (10000) and
 // PEP_SOAK_THINK (10s: the mean pause between a connection's requests,
 // uniform in 0.5-1.5 times) scale it down for development.
 func TestSoak(t *testing.T) {
@@ -78,6 +82,7 @@ func TestSoak(t *testing.T) {
 	s := &soak{
 		dur:       dur,
 		conns:     envInt(t, "PEP_SOAK_CONNS", 10000),
+		h2N:       envInt(t, "PEP_SOAK_H2", 200),
 		think:     envDuration(t, "PEP_SOAK_THINK", 10*time.Second),
 		slowN:     8,
 		lorisN:    40,
@@ -91,10 +96,17 @@ func TestSoak(t *testing.T) {
 	s.refAt = 120 * time.Second
 	if dur < 6*time.Minute {
 		s.refAt = dur / 3
+		if s.h2N > 0 {
+			// The HTTP/2 clients, ramped up over s.ramp, reach their
+			// steady state (pooled connections to Squid and buffers at
+			// their bursts' concurrency) after two bursts at most: a
+			// think time of up to 1.5 s.think each.
+			s.refAt = max(s.refAt, s.ramp+3*s.think)
+		}
 	}
 	// Open files here: pepd's two per connection (fewer for the posters,
 	// pooled), the slow clients' three, the origin, Squid's pipes.
-	need := uint64(2*s.conns + 3*(s.slowN+s.lorisN) + 500)
+	need := uint64(2*s.conns + 3*(s.slowN+s.lorisN) + 8*s.h2N + 500)
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
 		t.Fatal(err)
@@ -130,6 +142,7 @@ func TestSoak(t *testing.T) {
 			return s.sl
 		}})
 	s.prewarm(t)
+	front := startTLSFront(t, s.p)
 	runtime.GC()
 	base := s.sample(0)
 	t.Logf("baseline: test process RSS %d MB, %d open files, %d goroutines; Squid RSS %d MB, %d open files",
@@ -139,6 +152,7 @@ func TestSoak(t *testing.T) {
 	start := time.Now()
 	s.start = start
 	child := s.startClients(t)
+	h2 := s.startH2(front, s.h2N)
 	var slowWG sync.WaitGroup
 	for w := range s.slowN {
 		slowWG.Add(1)
@@ -178,6 +192,7 @@ func TestSoak(t *testing.T) {
 	tick.Stop()
 	close(s.stop)
 	child.stopAndWait(t)
+	h2.stopAndWait()
 	done := make(chan struct{})
 	go func() { slowWG.Wait(); close(done) }()
 	select {
@@ -216,16 +231,26 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&tb, "latency (request written to body read, %d requests): p50 %s p90 %s p99 %s p99.9 %s max %s\n", after.reqs,
 		quantile(all, 0.5).Round(time.Microsecond), quantile(all, 0.9).Round(time.Microsecond), quantile(all, 0.99).Round(time.Microsecond),
 		quantile(all, 0.999).Round(time.Microsecond), after.maxLat.Round(time.Microsecond))
+	h2all := h2.hist.snapshot()
+	fmt.Fprintf(&tb, "HTTP/2 over TLS: %d clients, %d requests, %d errors; latency p50 %s p99 %s p99.9 %s\n", s.h2N, h2.reqs.Load(), h2.errs.Load(),
+		quantile(h2all, 0.5).Round(time.Microsecond), quantile(h2all, 0.99).Round(time.Microsecond), quantile(h2all, 0.999).Round(time.Microsecond))
 	fmt.Fprintf(&tb, "slow readers: %d closed by pepd after %s (bound %s); slowloris: %d closed after %s (bound %s)\n",
 		len(s.slowTimes), spread(s.slowTimes), s.slowBound, len(s.lorisTimes), spread(s.lorisTimes), s.lorisBound)
-	fmt.Fprintf(&tb, "pepd: timeouts write %v, read_header %v, idle %v; responses truncated %v; load ended at %s\n",
+	fmt.Fprintf(&tb, "pepd: timeouts write %v, read_header %v, idle %v, tls_handshake %v, stream_write %v; responses truncated %v; load ended at %s\n",
 		testutilValue(s.p.M.timeouts.WithLabelValues("write")), testutilValue(s.p.M.timeouts.WithLabelValues("read_header")),
-		testutilValue(s.p.M.timeouts.WithLabelValues("idle")), testutilValue(s.p.M.truncated), loadEnd.Round(time.Second))
+		testutilValue(s.p.M.timeouts.WithLabelValues("idle")), testutilValue(s.p.M.timeouts.WithLabelValues("tls_handshake")),
+		testutilValue(s.p.M.timeouts.WithLabelValues("stream_write")), testutilValue(s.p.M.truncated), loadEnd.Round(time.Second))
 	t.Logf("samples every %s (RSS, files, goroutines, heap in use, live heap (as the last collection marked it; one is forced at the reference sample and at the last one): the test process, i.e. pepd, the origin and the slow clients; clients: the well-behaved clients' process; p99 of the interval; open: pepd's subscriber connections; slow/loris: slow clients done; origin: Squid's connections to the origin):\n%s", s.sampleInt, tb.String())
 
 	// The checks.
 	if after.errs > 0 || !child.done() {
 		t.Errorf("%d errors for well-behaved clients (their process finished: %v); the first: %s", after.errs, child.done(), strings.Join(child.errors(), "; "))
+	}
+	if e := h2.errs.Load(); e > 0 {
+		t.Errorf("%d errors for HTTP/2 clients; the first: %s", e, strings.Join(h2.firstErrs, "; "))
+	}
+	if s.h2N > 0 && h2.reqs.Load() < int64(6*s.h2N) {
+		t.Errorf("%d HTTP/2 requests for %d clients, want at least one burst of 6 each", h2.reqs.Load(), s.h2N)
 	}
 	if after.reqs < int64(s.conns) {
 		t.Errorf("%d requests for %d connections", after.reqs, s.conns)
@@ -276,7 +301,7 @@ func TestSoak(t *testing.T) {
 
 type soak struct {
 	dur, think, ramp, refAt, sampleInt time.Duration
-	conns, slowN, lorisN               int
+	conns, slowN, lorisN, h2N          int
 	writeTO, headerTO                  time.Duration
 	slowBound, lorisBound              time.Duration
 	start                              time.Time
@@ -1028,4 +1053,98 @@ func spread(ds []time.Duration) string {
 	slices.Sort(s)
 	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
 	return fmt.Sprintf("%s / %s / %s (min / median / max)", r(s[0]), r(s[len(s)/2]), r(s[len(s)-1]))
+}
+
+// soakH2 are the soak's HTTP/2 clients: each holds one HTTP/2 connection
+// over TLS to the VIP's HTTPS origin (Server.ServeTLS, as the SNI splice
+// hands it over) from its own address, and asks for a page's worth of
+// objects at once (6 concurrent streams, a browser's burst over one
+// multiplexed connection), then pauses for the think time. Every answer
+// must be 200 with the whole body.
+type soakH2 struct {
+	reqs, errs atomic.Int64
+	hist       latHist
+	mu         sync.Mutex
+	firstErrs  []string
+	clients    []*http.Client
+	wg         sync.WaitGroup
+}
+
+// startH2 starts n HTTP/2 clients against f, ramped up over s.ramp.
+func (s *soak) startH2(f *tlsFront, n int) *soakH2 {
+	h := &soakH2{}
+	var gets []soakObject
+	for _, o := range s.objs {
+		if strings.HasPrefix(o.Req, "GET ") {
+			gets = append(gets, o)
+		}
+	}
+	for i := range n {
+		// 127.0.2.x: addresses of their own (per-subscriber bounds).
+		c := f.client(fmt.Sprintf("127.0.2.%d", 1+i%250), "h2")
+		h.clients = append(h.clients, c)
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			if !s.sleep(time.Duration(i) * s.ramp / time.Duration(n)) {
+				return
+			}
+			for k := i; ; k += 6 {
+				var bw sync.WaitGroup
+				for j := range 6 {
+					o := gets[(k+j)%len(gets)]
+					path := strings.Fields(o.Req)[1]
+					bw.Add(1)
+					go func() {
+						defer bw.Done()
+						start := time.Now()
+						if err := h.get(c, "https://192.0.2.12"+path, o.Size); err != nil {
+							h.errs.Add(1)
+							h.mu.Lock()
+							if len(h.firstErrs) < 5 {
+								h.firstErrs = append(h.firstErrs, fmt.Sprintf("%s: %v", path, err))
+							}
+							h.mu.Unlock()
+							return
+						}
+						h.reqs.Add(1)
+						h.hist.add(time.Since(start))
+					}()
+				}
+				bw.Wait()
+				think := s.think/2 + time.Duration(rand.Int64N(int64(s.think)))
+				if !s.sleep(think) {
+					return
+				}
+			}
+		}()
+	}
+	return h
+}
+
+func (h *soakH2) get(c *http.Client, url string, size int) error {
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s, body after %d bytes: %w", resp.Status, n, err)
+	case resp.ProtoMajor != 2:
+		return fmt.Errorf("%s, want HTTP/2", resp.Proto)
+	case resp.StatusCode != 200 || n != int64(size):
+		return fmt.Errorf("%s with %d body bytes, want 200 with %d", resp.Status, n, size)
+	}
+	return nil
+}
+
+// stopAndWait waits for the clients (the load has stopped) and closes
+// their connections.
+func (h *soakH2) stopAndWait() {
+	h.wg.Wait()
+	for _, c := range h.clients {
+		c.CloseIdleConnections()
+	}
 }

@@ -3,9 +3,14 @@ package httpproxy
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -13,6 +18,7 @@ import (
 	"time"
 
 	"pep/internal/mode"
+	"pep/internal/testenv"
 	"pep/internal/viptls"
 	"pep/internal/viptls/viptlstest"
 )
@@ -83,6 +89,11 @@ var httpsVIPURLRE = regexp.MustCompile(`https://192\.0\.2\.12(:8443|:8444)?/([^/
 
 // tlsWorld is world with https VIP origins (k = len(origins)).
 func tlsWorld(t *testing.T, origins []string, lim Limits) (*pepd, *squid, *origin) {
+	return tlsWorldOpts(t, origins, lim, pepdOpts{})
+}
+
+// tlsWorldOpts is tlsWorld with pepd's maxUpstream from extra.
+func tlsWorldOpts(t *testing.T, origins []string, lim Limits, extra pepdOpts) (*pepd, *squid, *origin) {
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
@@ -91,7 +102,7 @@ func tlsWorld(t *testing.T, origins []string, lim Limits) (*pepd, *squid, *origi
 	sq := startSquid(t, sc)
 	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port},
-		origins: origins, vipNames: []string{"vip.test"}, limits: lim})
+		origins: origins, vipNames: []string{"vip.test"}, limits: lim, maxUpstream: extra.maxUpstream})
 	return p, sq, o
 }
 
@@ -251,5 +262,210 @@ func TestTLSOptimizer(t *testing.T) {
 	resp.Body.Close()
 	if resp.ProtoMajor != 2 || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "image/webp" {
 		t.Fatalf("%s %s %q, %d bytes (original %d): not a WebP over HTTP/2", resp.Proto, resp.Status, resp.Header.Get("Content-Type"), len(b), len(w.images["photo.jpg"]))
+	}
+}
+
+// TestUpstreamPoolGrows: 24 concurrent HTTP/2 streams of one subscriber
+// on one connection, each for an object Squid may not store (no-store,
+// 300 ms at the origin, so that they overlap): the pool to Squid opens a
+// connection per request in flight up to its bound (MaxUpstreamConns),
+// never more; past it requests wait for a connection and are all served.
+// With a bound of 64 the pool grows to the concurrency itself.
+func TestUpstreamPoolGrows(t *testing.T) {
+	const streams = 24
+	for _, c := range []struct {
+		bound    int
+		min, max int // the peak of open connections must be within
+	}{
+		{bound: 4, min: 4, max: 4},
+		{bound: 64, min: streams * 3 / 4, max: streams},
+	} {
+		t.Run(fmt.Sprintf("bound %d", c.bound), func(t *testing.T) {
+			p, _, o := tlsWorldOpts(t, []string{"https://192.0.2.12"}, Limits{}, pepdOpts{maxUpstream: c.bound})
+			f := startTLSFront(t, p)
+			cl := f.client("127.0.0.9", "h2")
+			var wg sync.WaitGroup
+			codes := make(chan int, streams)
+			start := time.Now()
+			for i := 0; i < streams; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, err := cl.Get("https://192.0.2.12/img.cdn.test:" + o.Port + "/private.png")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.ProtoMajor != 2 {
+						t.Errorf("%s, want HTTP/2", resp.Proto)
+					}
+					codes <- resp.StatusCode
+				}()
+			}
+			wg.Wait()
+			close(codes)
+			n := map[int]int{}
+			for code := range codes {
+				n[code]++
+			}
+			peak, waits := p.Proxy.pool.peakOpen(), testutilValue(p.M.upstreamWaits)
+			open := testutilValue(p.M.upstreamOpen)
+			t.Logf("bound %d: %d streams answered %v in %v; peak %d connections to squid open, %v requests waited, %v open after",
+				c.bound, streams, n, time.Since(start), peak, waits, open)
+			if n[200] != streams {
+				t.Errorf("answers %v, want %d times 200", n, streams)
+			}
+			if peak < c.min || peak > c.max {
+				t.Errorf("peak of open connections to squid %d, want %d..%d", peak, c.min, c.max)
+			}
+			if open > float64(c.bound) {
+				t.Errorf("pep_http_upstream_open_connections %v above the bound %d", open, c.bound)
+			}
+			if c.bound < streams && waits == 0 {
+				t.Errorf("no request waited for a connection with %d streams over a bound of %d", streams, c.bound)
+			}
+		})
+	}
+}
+
+// readCountConn counts the bytes read from a connection.
+type readCountConn struct {
+	net.Conn
+	n int
+}
+
+func (c *readCountConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.n += n
+	return n, err
+}
+
+// TestTLSResumption: through ServeTLS, as pepd serves the VIP, a client
+// that keeps its session cache resumes on its second connection (no
+// certificate sent again), over TLS 1.3 when it offers 1.3 and 1.2; so
+// does openssl s_client (another TLS stack, sessions in a file) when it
+// is installed. It logs the bytes the server sends for a full and a
+// resumed handshake.
+func TestTLSResumption(t *testing.T) {
+	p, _ := attackWorld(t, Limits{})
+	f := startTLSFront(t, p)
+	cache := tls.NewLRUClientSessionCache(8)
+	var full int
+	for i := 0; i < 2; i++ {
+		raw, err := net.Dial("tcp", f.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc := &readCountConn{Conn: raw}
+		c := tls.Client(cc, &tls.Config{RootCAs: f.CA.Pool(), ServerName: testVIP.String(), NextProtos: []string{"h2"}, ClientSessionCache: cache})
+		if err := c.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		hs := cc.n
+		st := c.ConnectionState()
+		// A TLS 1.3 ticket comes after the handshake: read until the
+		// server's SETTINGS (the h2 preface) so that it has arrived.
+		io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+		c.SetReadDeadline(time.Now().Add(testenv.Scale(5 * time.Second)))
+		c.Read(make([]byte, 64))
+		c.Close()
+		t.Logf("connection %d: %s, ALPN %s, resumed %v, %d bytes from the server in the handshake, chain of %d certificates (%d bytes)",
+			i+1, tls.VersionName(st.Version), st.NegotiatedProtocol, st.DidResume, hs, len(st.PeerCertificates), chainBytes(st.PeerCertificates))
+		if st.Version != tls.VersionTLS13 {
+			t.Errorf("connection %d: %s, want TLS 1.3", i+1, tls.VersionName(st.Version))
+		}
+		if i == 0 {
+			full = hs
+			if st.DidResume {
+				t.Error("first connection resumed")
+			}
+			if len(st.PeerCertificates) != 1 {
+				t.Errorf("the server sent %d certificates, want the leaf alone (the CA is in the client's store)", len(st.PeerCertificates))
+			}
+		} else {
+			if !st.DidResume {
+				t.Error("second connection not resumed")
+			}
+			if hs >= full {
+				t.Errorf("resumed handshake %d bytes from the server, the full one %d", hs, full)
+			}
+		}
+	}
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Log("openssl not installed: no s_client check")
+		return
+	}
+	dir := t.TempDir()
+	caFile, sess := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "sess.pem")
+	os.WriteFile(caFile, f.CA.PEM, 0o644)
+	for i, arg := range []string{"-sess_out", "-sess_in"} {
+		cmd := exec.Command(openssl, "s_client", "-connect", f.Addr, "-CAfile", caFile, "-verify_return_error", "-alpn", "h2", arg, sess)
+		// Wait for the ticket (sent after the handshake) before closing.
+		cmd.Stdin = strings.NewReader("")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("openssl s_client %s: %v\n%s", arg, err, out)
+		}
+		o := string(out)
+		reused := strings.Contains(o, "\nReused, ")
+		t.Logf("openssl connection %d: reused %v; %s", i+1, reused, firstLine(o, "Protocol"))
+		if !strings.Contains(o, "Verify return code: 0 (ok)") {
+			t.Errorf("openssl connection %d: certificate not verified:\n%s", i+1, o)
+		}
+		if i == 1 && !reused {
+			t.Errorf("openssl's second connection not resumed:\n%s", o)
+		}
+	}
+}
+
+func chainBytes(cs []*x509.Certificate) int {
+	n := 0
+	for _, c := range cs {
+		n += len(c.Raw)
+	}
+	return n
+}
+
+// firstLine returns the first line of s containing sub, trimmed.
+func firstLine(s, sub string) string {
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(l, sub) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
+// TestTLSHandshakeTimeout: a connection to the VIP's HTTPS origin that
+// sends half a ClientHello and stops is closed within ReadHeaderTimeout
+// of its start, counted as a tls_handshake timeout (not read_header: an
+// HTTP slowloris is counted apart).
+func TestTLSHandshakeTimeout(t *testing.T) {
+	p, _ := attackWorld(t, Limits{ReadHeaderTimeout: 500 * time.Millisecond})
+	f := startTLSFront(t, p)
+	c, err := net.Dial("tcp", f.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	// A TLS record header for a 512-byte handshake message, and 5 bytes.
+	c.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03})
+	c.SetReadDeadline(time.Now().Add(testenv.Scale(5 * time.Second)))
+	_, err = c.Read(make([]byte, 1))
+	took := time.Since(start)
+	tlsTO, hdrTO := testutilValue(p.M.timeouts.WithLabelValues("tls_handshake")), testutilValue(p.M.timeouts.WithLabelValues("read_header"))
+	t.Logf("half a ClientHello: closed after %v (%v); timeouts tls_handshake %v, read_header %v", took, err, tlsTO, hdrTO)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("still open after %v", took)
+	}
+	if took < 500*time.Millisecond || took > 500*time.Millisecond+testenv.Scale(2*time.Second) {
+		t.Errorf("closed after %v, want about the read header timeout (500ms)", took)
+	}
+	if tlsTO != 1 || hdrTO != 0 {
+		t.Errorf("timeouts tls_handshake %v, read_header %v; want 1 and 0", tlsTO, hdrTO)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"net/textproto"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pires/go-proxyproto"
@@ -44,15 +45,35 @@ const upstreamBufSize = 64 << 10
 
 var upstreamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, upstreamBufSize) }}
 
+// stdlibReaders are the readers of Squid's responses on the standard
+// library path (squidPool.roundTrip): httputil.ReverseProxy copies the body
+// through a buffer of its own, so 16 KB is enough (a longer head line is
+// read in pieces); one is held per request in flight, which over HTTP/2 is
+// many per subscriber connection (the soak's 200 HTTP/2 clients of 6
+// streams: up to 1,200 in flight, 77 MB of 64 KB readers).
+const stdlibBufSize = 16 << 10
+
+var stdlibReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, stdlibBufSize) }}
+
 // upConn is one connection to Squid.
 type upConn struct {
 	*countConn
-	key   netip.Addr // the pool it belongs to (the subscriber its PROXY header names)
-	used  bool       // has carried a response: a failure before any byte of the next one may be a stale keep-alive
-	lowat int        // SO_RCVLOWAT (relayConn.setLowat); 1 when new
-	dl    int        // kind of read deadline armed (dlNone, dlUpstream)
-	dlAt  time.Time  // when it was armed
-	since time.Time  // idle since (while in the pool)
+	sp    *squidPool  // holds one of sp's slots until Close
+	freed atomic.Bool // the slot was given back
+	key   netip.Addr  // the pool it belongs to (the subscriber its PROXY header names)
+	used  bool        // has carried a response: a failure before any byte of the next one may be a stale keep-alive
+	lowat int         // SO_RCVLOWAT (relayConn.setLowat); 1 when new
+	dl    int         // kind of read deadline armed (dlNone, dlUpstream)
+	dlAt  time.Time   // when it was armed
+	since time.Time   // idle since (while in the pool)
+}
+
+// Close closes the connection and gives its slot back to the pool.
+func (c *upConn) Close() error {
+	if c.sp != nil && c.freed.CompareAndSwap(false, true) {
+		c.sp.release()
+	}
+	return c.countConn.Close()
 }
 
 // armRead arms (kind dlUpstream, for timeout) or clears (dlNone) c's read
@@ -86,21 +107,102 @@ func (c *upConn) replaceable(attempt, buffered int, err error) bool {
 	return c.used && attempt == 0 && buffered == 0 && !errors.Is(err, os.ErrDeadlineExceeded)
 }
 
-// squidPool dials Squid and keeps idle connections per subscriber.
+// squidPool dials Squid and keeps idle connections per subscriber. It
+// grows with the requests in flight (a request that finds no idle
+// connection of its subscriber dials one), within a bound: at most
+// maxOpen connections are open at once, idle and in use together (a
+// slot each). A request that finds every slot taken closes an idle
+// connection of another subscriber, if there is one, and waits for a
+// slot, at most Proxy.upTimeout (then it fails as a timeout); while any
+// request waits, connections given back are closed instead of kept idle,
+// so that their slots go to the waiting requests.
 type squidPool struct {
 	p       *Proxy
 	maxIdle int           // idle connections kept per key
 	idleFor time.Duration // an idle connection older than this is closed (Options.UpstreamIdle)
+	slots   chan struct{} // one per open connection; capacity Options.MaxUpstreamConns
 
 	mu       sync.Mutex
 	idle     map[netip.Addr][]*upConn // most recently used last
 	n        int                      // idle connections in all
+	waiters  int                      // requests waiting for a slot
+	peak     int                      // most connections open at once (tests)
 	sweeping bool                     // a sweep is scheduled
 	closed   bool
 }
 
-func newSquidPool(p *Proxy, maxIdle int, idleFor time.Duration) *squidPool {
-	return &squidPool{p: p, maxIdle: maxIdle, idleFor: idleFor, idle: map[netip.Addr][]*upConn{}}
+func newSquidPool(p *Proxy, maxIdle, maxOpen int, idleFor time.Duration) *squidPool {
+	return &squidPool{p: p, maxIdle: maxIdle, idleFor: idleFor, idle: map[netip.Addr][]*upConn{}, slots: make(chan struct{}, maxOpen)}
+}
+
+// errPoolWait is a request that waited Proxy.upTimeout for a connection
+// to Squid while the pool was at its bound (a timeout: 504).
+var errPoolWait = fmt.Errorf("httpproxy: no connection to squid free within the upstream timeout (pool bound reached): %w", os.ErrDeadlineExceeded)
+
+// acquire takes a slot for a new connection, waiting (see squidPool) at
+// most Proxy.upTimeout or until ctx ends.
+func (sp *squidPool) acquire(ctx context.Context) error {
+	select {
+	case sp.slots <- struct{}{}:
+		sp.opened()
+		return nil
+	default:
+	}
+	sp.p.m.upstreamWaits.Inc()
+	var victim *upConn
+	sp.mu.Lock()
+	sp.waiters++
+	for k, l := range sp.idle {
+		victim = l[0] // the least recently used of some subscriber
+		if len(l) == 1 {
+			delete(sp.idle, k)
+		} else {
+			sp.idle[k] = append(l[:0:0], l[1:]...)
+		}
+		sp.n--
+		break
+	}
+	sp.mu.Unlock()
+	defer func() {
+		sp.mu.Lock()
+		sp.waiters--
+		sp.mu.Unlock()
+	}()
+	if victim != nil {
+		victim.Close()
+	}
+	t := time.NewTimer(sp.p.upTimeout)
+	defer t.Stop()
+	select {
+	case sp.slots <- struct{}{}:
+		sp.opened()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errPoolWait
+	}
+}
+
+// opened counts a connection that took a slot.
+func (sp *squidPool) opened() {
+	sp.p.m.upstreamOpen.Inc()
+	sp.mu.Lock()
+	sp.peak = max(sp.peak, len(sp.slots))
+	sp.mu.Unlock()
+}
+
+// release gives a closed connection's slot back.
+func (sp *squidPool) release() {
+	sp.p.m.upstreamOpen.Dec()
+	<-sp.slots
+}
+
+// peakOpen returns the most connections that were open at once.
+func (sp *squidPool) peakOpen() int {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.peak
 }
 
 // key is the pool key of subscriber sub.
@@ -149,11 +251,15 @@ func (sp *squidPool) get(ctx context.Context, sub netip.AddrPort, fresh bool) (*
 	if c != nil {
 		return c, nil
 	}
-	cc, err := sp.p.dialSquidFor(ctx, sub)
-	if err != nil {
+	if err := sp.acquire(ctx); err != nil {
 		return nil, err
 	}
-	return &upConn{countConn: cc, key: key, lowat: 1}, nil
+	cc, err := sp.p.dialSquidFor(ctx, sub)
+	if err != nil {
+		sp.release()
+		return nil, err
+	}
+	return &upConn{countConn: cc, sp: sp, key: key, lowat: 1}, nil
 }
 
 // put gives back a connection whose last response was read to its end;
@@ -161,7 +267,7 @@ func (sp *squidPool) get(ctx context.Context, sub netip.AddrPort, fresh bool) (*
 func (sp *squidPool) put(c *upConn) {
 	c.since = time.Now()
 	sp.mu.Lock()
-	if sp.closed || len(sp.idle[c.key]) >= sp.maxIdle {
+	if sp.closed || len(sp.idle[c.key]) >= sp.maxIdle || sp.waiters > 0 {
 		sp.mu.Unlock()
 		c.Close()
 		return
@@ -256,7 +362,7 @@ func (sp *squidPool) roundTrip(r *http.Request, sub netip.AddrPort) (*http.Respo
 			return nil, err
 		}
 		stop := context.AfterFunc(ctx, func() { c.SetDeadline(aLongTimeAgo) })
-		br := upstreamReaders.Get().(*bufio.Reader)
+		br := stdlibReaders.Get().(*bufio.Reader)
 		br.Reset(c)
 		resp, err := sp.exchange(c, br, r)
 		if err == nil {
@@ -277,7 +383,7 @@ func (sp *squidPool) roundTrip(r *http.Request, sub netip.AddrPort) (*http.Respo
 		stale := retriable && ctx.Err() == nil && c.replaceable(attempt, br.Buffered(), err)
 		c.Close()
 		br.Reset(nil)
-		upstreamReaders.Put(br)
+		stdlibReaders.Put(br)
 		if !stale {
 			return nil, err
 		}
@@ -379,7 +485,7 @@ func (b *upstreamBody) finish(err error) {
 	notFired := b.stop()
 	reuse := end && b.reuse && notFired && b.br.Buffered() == 0
 	b.br.Reset(nil)
-	upstreamReaders.Put(b.br)
+	stdlibReaders.Put(b.br)
 	if reuse {
 		c.armRead(dlNone, 0)
 		b.sp.put(c)

@@ -2,6 +2,7 @@
 // routing with an operator's values (package pep/deploy does the work).
 //
 //	pep-gateway render [flags] > /etc/pep/pep-gateway.nft
+//	                   (-pepd-config /etc/pep/pepd.yaml: the VIP's TLS ports from https.*)
 //	pep-gateway env    [flags] > /etc/default/pep-gateway   (read by pep-nftables.service)
 //	pep-gateway routes [flags]                              (the ip(8) commands, one a line)
 //	pep-gateway dns-guard -probe 127.0.0.1:5353             (keeps the dns_alive set; pep-dns-guard.service)
@@ -19,11 +20,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"pep/deploy"
+	"pep/internal/config"
 )
 
 func main() {
@@ -51,6 +54,8 @@ func main() {
 	table := fs.Int("table", g.Table, "routing table for local 0.0.0.0/0")
 	prio := fs.Int("rule-priority", g.RulePriority, "ip rule priority")
 	src := fs.String("ruleset", "", "ruleset template (default: the one built in)")
+	tlsPorts := fs.String("vip-tls-ports", "443", "the VIP's TCP ports steered to -tls-port, comma-separated: 443 and each https shard port (https.shard_ports)")
+	pepdConf := fs.String("pepd-config", "", "pepd's config file: the VIP's TLS ports are 443 and its https shards' ports (https.shards, https.shard_ports), instead of -vip-tls-ports")
 	fs.Parse(os.Args[2:])
 
 	g.SubscriberIfs = strings.Split(*ifs, ",")
@@ -77,6 +82,23 @@ func main() {
 	}
 	g.HTTPPort, g.TLSPort, g.DNSPort = uint16(*http), uint16(*tls), uint16(*dns)
 	g.Mark, g.Table, g.RulePriority = uint32(*mark), *table, *prio
+	if *pepdConf != "" {
+		c, err := config.Load(*pepdConf)
+		if err != nil {
+			fail(fmt.Errorf("pep-gateway: -pepd-config: %w", err))
+		}
+		if c.HTTPS.Enabled() {
+			g.VIPTLSPorts = c.HTTPS.Ports()
+		}
+	} else {
+		for _, f := range strings.Split(*tlsPorts, ",") {
+			p, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+			if err != nil {
+				fail(fmt.Errorf("pep-gateway: -vip-tls-ports: %q is not a port", f))
+			}
+			g.VIPTLSPorts = append(g.VIPTLSPorts, uint16(p))
+		}
+	}
 	if err := g.Validate(); err != nil {
 		fail(err)
 	}

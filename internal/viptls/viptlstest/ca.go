@@ -58,9 +58,12 @@ func (ca *CA) Pool() *x509.CertPool {
 	return p
 }
 
-// Issue returns a leaf certificate (PEM, then the CA's) and its key (PEM)
-// for names, each a DNS name or an IP address, valid from notBefore to
-// notAfter, for TLS servers.
+// Issue returns a leaf certificate (PEM) and its key (PEM) for names,
+// each a DNS name or an IP address, valid from notBefore to notAfter, for
+// TLS servers. The chain is the leaf alone, an ECDSA P-256 key signed by
+// the CA directly: the CA is in the client's trust store and sending it
+// would only add its bytes to every full handshake (RFC 8446 §4.4.2
+// lets the server omit it), as a public CA's root is never sent.
 func (ca *CA) Issue(names []string, notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -87,7 +90,7 @@ func (ca *CA) Issue(names []string, notBefore, notAfter time.Time) (certPEM, key
 	if err != nil {
 		return nil, nil, fmt.Errorf("viptlstest: %w", err)
 	}
-	certPEM = append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), ca.PEM...)
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}), nil
 }
 
