@@ -199,32 +199,28 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 			cc.idle.Store(true)
 		}
 	}
-	s.srv = &http.Server{
-		Handler:                      p,
-		ReadHeaderTimeout:            lim.ReadHeaderTimeout,
-		IdleTimeout:                  lim.IdleTimeout,
-		MaxHeaderBytes:               lim.MaxHeaderBytes,
-		DisableGeneralOptionsHandler: true,
-		ErrorLog:                     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		ConnContext:                  connContext,
-		ConnState:                    connState,
+	// newHTTPServer is the one http.Server shape of both listeners (plain
+	// and TLS): the same limits, logging and connection tracking.
+	newHTTPServer := func(h http.Handler) *http.Server {
+		return &http.Server{
+			Handler:                      h,
+			ReadHeaderTimeout:            lim.ReadHeaderTimeout,
+			IdleTimeout:                  lim.IdleTimeout,
+			MaxHeaderBytes:               lim.MaxHeaderBytes,
+			DisableGeneralOptionsHandler: true,
+			ErrorLog:                     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+			ConnContext:                  connContext,
+			ConnState:                    connState,
+		}
 	}
-	s.tlsSrv = &http.Server{
-		Handler:                      http.HandlerFunc(s.serveTLSRequest),
-		ReadHeaderTimeout:            lim.ReadHeaderTimeout,
-		IdleTimeout:                  lim.IdleTimeout,
-		MaxHeaderBytes:               lim.MaxHeaderBytes,
-		DisableGeneralOptionsHandler: true,
-		ErrorLog:                     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-		ConnContext:                  connContext,
-		ConnState:                    connState,
-		// No HTTP2Config.WriteByteTimeout: conn.Write arms the write
-		// deadline (WriteTimeout) under the TLS connection as for every
-		// subscriber connection, so a reader that takes no byte for that
-		// long is closed (the slow reader); Go's would set and clear a
-		// deadline around every flush (two timer updates per frame batch).
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: lim.MaxStreams},
-	}
+	s.srv = newHTTPServer(p)
+	s.tlsSrv = newHTTPServer(http.HandlerFunc(s.serveTLSRequest))
+	// No HTTP2Config.WriteByteTimeout: conn.Write arms the write deadline
+	// (WriteTimeout) under the TLS connection as for every subscriber
+	// connection, so a reader that takes no byte for that long is closed
+	// (the slow reader); Go's would set and clear a deadline around every
+	// flush (two timer updates per frame batch).
+	s.tlsSrv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: lim.MaxStreams}
 	return s
 }
 
