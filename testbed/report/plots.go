@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -20,6 +21,17 @@ var modeColors = map[string]color.RGBA{
 	"off":    {R: 0x4c, G: 0x72, B: 0xb0, A: 0xff},
 	"dns":    {R: 0xdd, G: 0x84, B: 0x52, A: 0xff},
 	"url":    {R: 0x55, G: 0xa8, B: 0x68, A: 0xff},
+}
+
+// httpsColors are the url-https-kN modes' colours (url mode over HTTP/2
+// to the VIP with k shards), k = 1, 2, 3, 4 (then again): seaborn's "deep"
+// palette after the three base modes' colours, so that no two modes of a
+// run share a hue.
+var httpsColors = []color.RGBA{
+	{R: 0x81, G: 0x72, B: 0xb2, A: 0xff},
+	{R: 0xc4, G: 0x4e, B: 0x52, A: 0xff},
+	{R: 0x93, G: 0x78, B: 0x60, A: 0xff},
+	{R: 0xda, G: 0x8b, B: 0xc3, A: 0xff},
 }
 
 // modeLook is how a mode is drawn: its base mode's colour (lighter on a
@@ -42,6 +54,8 @@ func lookOf(m string) modeLook {
 	var l modeLook
 	if c, ok := modeColors[base]; ok {
 		l.color = c
+	} else if k, err := strconv.Atoi(strings.TrimPrefix(base, "url-https-k")); err == nil && k >= 1 {
+		l.color = httpsColors[(k-1)%len(httpsColors)]
 	} else {
 		l.color = plotter.DefaultLineStyle.Color
 	}

@@ -338,6 +338,8 @@ func TestModeLook(t *testing.T) {
 		{"url", green, ""}, {"url+opt", green, "/"}, {"url+hints", green, `\`}, {"url+opt+hints", green, "x"},
 		{"url+warm", lightGreen, ""}, {"url+opt+warm", lightGreen, "/"}, {"url+opt+hints+warm", lightGreen, "x"},
 		{"off+opt", color.RGBA{R: 0x4c, G: 0x72, B: 0xb0, A: 0xff}, "/"},
+		{"url-https-k1", color.RGBA{R: 0x81, G: 0x72, B: 0xb2, A: 0xff}, ""},
+		{"url-https-k3+opt", color.RGBA{R: 0x93, G: 0x78, B: 0x60, A: 0xff}, "/"},
 	} {
 		l := lookOf(tc.mode)
 		if r, g, b, a := l.color.RGBA(); color.RGBAModel.Convert(l.color) != tc.color || a != 0xffff {
