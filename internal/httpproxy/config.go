@@ -89,7 +89,8 @@ func (c Config) Limits(radio RadioOptions, streams HTTPS) Limits {
 	return Limits{MaxHeaderBytes: int(c.MaxHeaderBytes), ReadHeaderTimeout: c.ReadHeaderTimeout,
 		IdleTimeout: c.IdleTimeout, MaxConns: c.MaxConns, WriteTimeout: c.WriteTimeout,
 		MaxConnsPerSubscriber: c.MaxConnsPerSubscriber, Radio: radio,
-		MaxStreams: streams.MaxStreams, MaxStreamsPerSubscriber: streams.MaxStreamsPerSubscriber}
+		MaxStreams: streams.MaxStreams, MaxStreamsPerSubscriber: streams.MaxStreamsPerSubscriber,
+		H2Priority: streams.Priority}
 }
 
 // ProxyOptions returns the Options of New that c sets (the upstream
@@ -148,10 +149,21 @@ type HTTPS struct {
 	// one source address, all its connections together; more get 429
 	// (Limits.MaxStreamsPerSubscriber). Default 512.
 	MaxStreamsPerSubscriber int `yaml:"max_streams_per_subscriber" reload:"restart"`
+	// Priority is the HTTP/2 write scheduler of the VIP's TLS origin, the
+	// order in which the responses of one connection's streams get the
+	// connection's bytes (Limits.H2Priority): "round-robin" (Go's
+	// net/http default: every ready stream in turn) or "rfc7540" (the
+	// streams' dependency tree and weights from the client's HEADERS
+	// frames, RFC 7540 §5.3, as Chromium sends them: a render-blocking
+	// stylesheet before images; golang.org/x/net/http2's scheduler).
+	// Default round-robin.
+	Priority string `yaml:"priority" reload:"restart"`
 }
 
 // DefaultHTTPS returns the https section's defaults.
-func DefaultHTTPS() HTTPS { return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512} }
+func DefaultHTTPS() HTTPS {
+	return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Priority: H2RoundRobin}
+}
 
 // Validate returns the first invalid field as a *field.Error whose path
 // is relative to the section ("shard_ports.1"). The certificate and key
@@ -165,6 +177,7 @@ func (h HTTPS) Validate() error {
 		field.Check(h.Shards < 1 || h.Shards > 16, "shards", "%d is outside 1..16", h.Shards),
 		field.Check(h.MaxStreams < 1 || h.MaxStreams > 1000, "max_streams", "%d is outside 1..1000", h.MaxStreams),
 		field.AtLeast("max_streams_per_subscriber", h.MaxStreamsPerSubscriber, 1),
+		field.Check(h.Priority != H2RoundRobin && h.Priority != H2RFC7540, "priority", "%q is not %s or %s", h.Priority, H2RoundRobin, H2RFC7540),
 		field.Check(len(h.ShardPorts) > 0 && len(h.ShardPorts) < h.Shards, "shard_ports", "%d ports for %d shards", len(h.ShardPorts), h.Shards),
 	); err != nil {
 		return err

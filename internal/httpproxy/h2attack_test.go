@@ -398,3 +398,100 @@ func TestH2StalledWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestH2Priority: the VIP's HTTP/2 write scheduler (https.priority). Two
+// responses wait for the connection's flow-control window at once: an
+// image the client asked for first with the lowest weight, then a
+// stylesheet it made the exclusive parent of the image with the highest
+// weight (RFC 7540 §5.3, as Chromium marks a render-blocking stylesheet).
+// With rfc7540 the stylesheet's bytes go first (the image gets what was
+// already queued for it, under half the stylesheet's size); with
+// round-robin the two streams share the connection's bytes, so the image
+// gets about as much as the stylesheet while the stylesheet goes.
+func TestH2Priority(t *testing.T) {
+	const cssSize, imgSize = 256 << 10, 2 << 20
+	for _, tc := range []struct {
+		priority string
+		css      bool // the stylesheet ends before the image has half its size
+	}{{H2RFC7540, true}, {H2RoundRobin, false}} {
+		t.Run(tc.priority, func(t *testing.T) {
+			ns := startDNS(t, map[string]string{"prio.test": originIP})
+			o := startOrigin(t, originIP, map[string]page{
+				"prio.test/img.bin":   {ctype: "application/octet-stream", body: strings.Repeat("i", imgSize)},
+				"prio.test/style.css": {ctype: "text/css", body: strings.Repeat("c", cssSize)},
+			})
+			sc := siteSquidConf(t, ns, map[string]string{"prio.test": originIP}, o.Addr.Port())
+			sc.ProxyProtocol = true
+			sq := startSquid(t, sc)
+			p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
+				subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, o.Addr.Port()},
+				limits: Limits{H2Priority: tc.priority}, log: slog.New(slog.DiscardHandler)})
+			f := startTLSFront(t, p)
+			// Stream windows wide open; the connection's window stays at
+			// its initial 65,535 bytes until both responses are queued.
+			h := dialH2(t, f, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+			path := func(obj string) []byte { return h.headers("/prio.test:" + o.Port + "/" + obj) }
+			if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: path("img.bin"), EndStream: true, EndHeaders: true,
+				Priority: http2.PriorityParam{StreamDep: 0, Weight: 0}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: path("style.css"), EndStream: true, EndHeaders: true,
+				Priority: http2.PriorityParam{StreamDep: 0, Exclusive: true, Weight: 255}}); err != nil {
+				t.Fatal(err)
+			}
+			// Let both heads and the first window's bytes go out, and
+			// both handlers block on the connection's window.
+			got := map[uint32]int{}
+			h.c.SetReadDeadline(time.Now().Add(testenv.Scale(15 * time.Second)))
+			heads := 0
+			for heads < 2 {
+				fr, err := h.fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("waiting for the heads: %v", err)
+				}
+				switch fr := fr.(type) {
+				case *http2.HeadersFrame:
+					heads++
+				case *http2.DataFrame:
+					got[fr.StreamID] += len(fr.Data())
+				}
+			}
+			time.Sleep(testenv.Scale(500 * time.Millisecond))
+			// A slow link: the connection's window opens 16 KB at a
+			// time, a little after the last 16 KB were read, so that both
+			// streams have bytes waiting whenever the window opens (on
+			// loopback the socket would otherwise take every frame at once
+			// and no scheduler would have a choice to make).
+			var imgAtCSSEnd = -1
+			read := got[1] + got[3] // read, not yet given back to the window
+			imgBefore := got[1]
+			for imgAtCSSEnd < 0 || got[1] < imgSize {
+				if read >= 16<<10 {
+					time.Sleep(2 * time.Millisecond)
+					if err := h.fr.WriteWindowUpdate(0, uint32(read)); err != nil {
+						t.Fatal(err)
+					}
+					read = 0
+				}
+				fr, err := h.fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("after %d of the stylesheet's and %d of the image's bytes: %v", got[3], got[1], err)
+				}
+				if df, ok := fr.(*http2.DataFrame); ok {
+					got[df.StreamID] += len(df.Data())
+					read += len(df.Data())
+					if df.StreamID == 3 && df.StreamEnded() {
+						imgAtCSSEnd = got[1] - imgBefore
+					}
+				}
+			}
+			t.Logf("%s: the image got %d bytes (of %d; %d before the window opened) while the stylesheet's %d went", tc.priority, imgAtCSSEnd, imgSize, imgBefore, got[3])
+			if got[3] != cssSize {
+				t.Fatalf("stylesheet %d bytes, want %d", got[3], cssSize)
+			}
+			if first := imgAtCSSEnd < cssSize/2; first != tc.css {
+				t.Errorf("%s: the image got %d bytes while the stylesheet's %d went: stylesheet first = %v, want %v", tc.priority, imgAtCSSEnd, cssSize, first, tc.css)
+			}
+		})
+	}
+}

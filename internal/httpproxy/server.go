@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2"
 	"golang.org/x/sys/unix"
 
 	"pep/internal/config/field"
@@ -71,7 +72,19 @@ type Limits struct {
 	// one source address, all its connections together; more are answered
 	// 429 "too many concurrent requests". Zero means 512.
 	MaxStreamsPerSubscriber int
+	// H2Priority is the HTTP/2 write scheduler of ServeTLS's connections:
+	// H2RoundRobin ("" too) or H2RFC7540 (config https.priority).
+	H2Priority string
 }
+
+// The HTTP/2 write schedulers of Limits.H2Priority.
+const (
+	// H2RoundRobin gives every ready stream its turn (Go's default).
+	H2RoundRobin = "round-robin"
+	// H2RFC7540 follows the client's stream dependencies and weights
+	// (RFC 7540 §5.3), golang.org/x/net/http2.NewPriorityWriteScheduler.
+	H2RFC7540 = "rfc7540"
+)
 
 // RadioOptions are TCP socket options of subscriber-facing connections,
 // set at accept; they are pepd's "radio" section (zero: the default). Each is kept only where the testbed
@@ -221,6 +234,17 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 	// (the slow reader); Go's would set and clear a deadline around every
 	// flush (two timer updates per frame batch).
 	s.tlsSrv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: lim.MaxStreams}
+	if lim.H2Priority == H2RFC7540 {
+		// net/http's own HTTP/2 server has no scheduler setting: x/net's
+		// server (the same code, exported) takes the connections instead.
+		if err := http2.ConfigureServer(s.tlsSrv, &http2.Server{
+			NewWriteScheduler: func() http2.WriteScheduler { return http2.NewPriorityWriteScheduler(nil) },
+		}); err != nil {
+			// Only a TLSConfig with a bad cipher suite list fails, and
+			// tlsSrv has no TLSConfig (ServeTLS takes TLS connections).
+			panic("httpproxy: http2.ConfigureServer: " + err.Error())
+		}
+	}
 	return s
 }
 
