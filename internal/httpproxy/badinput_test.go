@@ -14,7 +14,6 @@ import (
 
 	"pep/internal/mode"
 	"pep/internal/rewrite"
-	pepsquid "pep/internal/squid"
 	"pep/internal/testenv"
 )
 
@@ -182,11 +181,7 @@ func TestHostVerification(t *testing.T) {
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
-	sc := pepsquid.DefaultConf(testVIP)
-	sc.Subscribers, sc.AllowedPorts, sc.AllowDst, sc.Resolvers = []string{"127.0.0.0/8"}, []uint16{port}, []string{originIP + "/32"}, []string{ns.IP}
-	if ns.Addr != ns.IP+":53" {
-		sc.HostsFile = writeHosts(t, siteRecords)
-	}
+	sc := siteSquidConf(t, ns, siteRecords, port)
 	sq := startSquid(t, sc)
 	for _, action := range []string{"direct", "refuse"} {
 		t.Run(action, func(t *testing.T) {
@@ -425,11 +420,7 @@ func TestReloadHostMismatch(t *testing.T) {
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
-	sc := pepsquid.DefaultConf(testVIP)
-	sc.Subscribers, sc.AllowedPorts, sc.AllowDst, sc.Resolvers = []string{"127.0.0.0/8"}, []uint16{port}, []string{originIP + "/32"}, []string{ns.IP}
-	if ns.Addr != ns.IP+":53" {
-		sc.HostsFile = writeHosts(t, siteRecords)
-	}
+	sc := siteSquidConf(t, ns, siteRecords, port)
 	sq := startSquid(t, sc)
 	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{port}, hostMismatch: "refuse",

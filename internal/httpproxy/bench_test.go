@@ -18,7 +18,6 @@ import (
 
 	"pep/internal/cputime"
 	"pep/internal/mode"
-	pepsquid "pep/internal/squid"
 )
 
 // procCPU returns process pid's CPU time so far (cputime.Of), failing
@@ -231,13 +230,7 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		b.Skip("wrk not installed (apt-get install -y wrk)")
 	}
-	secs, rounds := 3, 5
-	if s, err := strconv.Atoi(os.Getenv("PEP_BENCH_SECONDS")); err == nil && s > 0 {
-		secs = s
-	}
-	if s, err := strconv.Atoi(os.Getenv("PEP_BENCH_ROUNDS")); err == nil && s > 0 {
-		rounds = s
-	}
+	secs, rounds := envPositive("PEP_BENCH_SECONDS", 3), envPositive("PEP_BENCH_ROUNDS", 5)
 	withStd := os.Getenv("PEP_BENCH_STDLIB") != "0"
 	cpus := []int{1}
 	if v := os.Getenv("PEP_BENCH_CPUS"); v != "" {
@@ -261,12 +254,8 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 	for _, pp := range []bool{true, false} {
 		name := map[bool]string{true: "proxy-protocol", false: "xff"}[pp]
 		b.Run(name, func(b *testing.B) {
-			sc := pepsquid.DefaultConf(testVIP)
+			sc := siteSquidConf(b, ns, siteRecords, port)
 			sc.ProxyProtocol = pp
-			sc.Subscribers, sc.AllowedPorts, sc.AllowDst, sc.Resolvers = []string{"127.0.0.0/8"}, []uint16{port}, []string{originIP + "/32"}, []string{ns.IP}
-			if ns.Addr != ns.IP+":53" {
-				sc.HostsFile = writeHosts(b, siteRecords)
-			}
 			plain := "127.0.0.1:" + freePort(b)
 			sq := startSquidExtra(b, sc, "http_port "+plain+"\n")
 			opts := pepdOpts{squid: sq.Addr, proxyProtocol: pp, resolver: ns.Addr, mode: mode.URL,
@@ -511,25 +500,15 @@ func BenchmarkH2CPU(b *testing.B) {
 	if _, err := exec.LookPath("h2load"); err != nil {
 		b.Skip("h2load not installed (apt-get install -y nghttp2-client)")
 	}
-	secs, rounds := 3, 5
-	if s, err := strconv.Atoi(os.Getenv("PEP_BENCH_SECONDS")); err == nil && s > 0 {
-		secs = s
-	}
-	if s, err := strconv.Atoi(os.Getenv("PEP_BENCH_ROUNDS")); err == nil && s > 0 {
-		rounds = s
-	}
+	secs, rounds := envPositive("PEP_BENCH_SECONDS", 3), envPositive("PEP_BENCH_ROUNDS", 5)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	pages := map[string]page{"img.cdn.test/logo.png": {ctype: "image/png", body: strings.Repeat("x", 10<<10),
 		header: map[string]string{"Content-Length": strconv.Itoa(10 << 10)}}}
 	ns := startDNS(b, siteRecords)
 	o := startOrigin(b, originIP, pages)
 	port := o.Addr.Port()
-	sc := pepsquid.DefaultConf(testVIP)
+	sc := siteSquidConf(b, ns, siteRecords, port)
 	sc.ProxyProtocol = true
-	sc.Subscribers, sc.AllowedPorts, sc.AllowDst, sc.Resolvers = []string{"127.0.0.0/8"}, []uint16{port}, []string{originIP + "/32"}, []string{ns.IP}
-	if ns.Addr != ns.IP+":53" {
-		sc.HostsFile = writeHosts(b, siteRecords)
-	}
 	sq := startSquid(b, sc)
 	// pepd logs errors only: debug lines per request would be measured,
 	// and the warnings of requests h2load cancels when a phase ends
@@ -616,4 +595,13 @@ func BenchmarkH2CPU(b *testing.B) {
 		}
 	}
 	b.Logf("upstream connections to squid opened: %v", testutilValue(p.M.upstreamConns))
+}
+
+// envPositive is the environment variable name as a positive integer, def
+// when it is unset or not one (the benchmarks' PEP_BENCH_* settings).
+func envPositive(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
 }

@@ -87,6 +87,14 @@ func fetch(t *testing.T, c *http.Client, u, accept, referer, ua string) []string
 	if referer != "" {
 		r.Header.Set("Referer", referer)
 	}
+	return getOK(t, c, r).Header.Values("Link")
+}
+
+// getOK sends r through c, reads the whole body and returns the response
+// (its body read and closed); it fails t on an error or a status other
+// than 200.
+func getOK(t *testing.T, c *http.Client, r *http.Request) *http.Response {
+	t.Helper()
 	resp, err := c.Do(r)
 	if err != nil {
 		t.Fatal(err)
@@ -94,9 +102,9 @@ func fetch(t *testing.T, c *http.Client, u, accept, referer, ua string) []string
 	defer resp.Body.Close()
 	io.Copy(io.Discard, resp.Body)
 	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %s", u, resp.Status)
+		t.Fatalf("GET %s: %s", r.URL, resp.Status)
 	}
-	return resp.Header.Values("Link")
+	return resp
 }
 
 // waitLoads polls until the learner has folded n loads in (their window
@@ -384,15 +392,7 @@ func TestEarlyHintsHTTP2(t *testing.T) {
 		r, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", doc, nil)
 		r.Header.Set("Accept", navAccept)
 		r.Header.Set("User-Agent", ua)
-		resp, err := c.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		io.Copy(io.Discard, resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("GET %s: %s", doc, resp.Status)
-		}
+		resp := getOK(t, c, r)
 		mu.Lock()
 		defer mu.Unlock()
 		return early, resp.Proto, resp.Header.Values("Link")

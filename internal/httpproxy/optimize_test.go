@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -596,10 +595,7 @@ func BenchmarkOptimizerCachedCPU(b *testing.B) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	host := "img.opt.test:" + w.o.port
 	accept := []string{"Accept", chromeImageAccept}
-	secs, rounds := 3, 5
-	if s, err := strconv.Atoi(os.Getenv("PEP_BENCH_SECONDS")); err == nil && s > 0 {
-		secs = s
-	}
+	secs, rounds := envPositive("PEP_BENCH_SECONDS", 3), 5
 	squidPid, self := w.sq.Cmd.Process.Pid, os.Getpid()
 	// photo.jpg: on serves the cached WebP variant; corrupt.jpg: on and off
 	// serve the same original bytes (the transform is skipped), so the
