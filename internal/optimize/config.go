@@ -44,8 +44,13 @@ type Config struct {
 	MaxBodyBytes field.ByteSize `yaml:"max_body_bytes"`
 	// Workers is how many transforms run at once; 0: one per CPU.
 	Workers int `yaml:"workers"`
-	// Queue bounds the transforms waiting for a worker; 0: 4 per worker.
+	// Queue bounds the transforms waiting for a worker; 0:
+	// DefaultQueuePerWorker (64) per worker, a page's images over one
+	// HTTP/2 connection.
 	Queue int `yaml:"queue"`
+	// QueueBytes bounds the origin bodies held by waiting and running
+	// transforms. Default 64MiB (DefaultQueueBytes).
+	QueueBytes field.ByteSize `yaml:"queue_bytes"`
 	// Deadline bounds how long a response waits for its transform (a
 	// worker and the transform together); past it the original is served
 	// and not stored, and the transform finishes for the next miss.
@@ -75,7 +80,7 @@ type Config struct {
 func DefaultConfig() Config {
 	im := DefaultImageOptions()
 	return Config{Listen: "127.0.0.1:3131", SSIMTarget: im.Target, SSIMTileFloor: im.TileFloor, Quality: im.Quality,
-		MaxPixels: im.MaxPixels, MinSaving: im.MinSaving, MaxBodyBytes: 8 << 20, Deadline: DefaultDeadline,
+		MaxPixels: im.MaxPixels, MinSaving: im.MinSaving, MaxBodyBytes: 8 << 20, QueueBytes: DefaultQueueBytes, Deadline: DefaultDeadline,
 		ResultBytes: DefaultResultBytes}
 }
 
@@ -93,6 +98,7 @@ func (c Config) Validate() error {
 		field.Check(c.MinSaving < 0 || c.MinSaving >= 1, "min_saving", "%v is outside 0..1 (0.10: at least 10 %% smaller)", c.MinSaving),
 		field.Check(c.MaxBodyBytes < 1024, "max_body_bytes", "%d is below 1KiB", c.MaxBodyBytes),
 		field.Check(c.Workers < 0 || c.Queue < 0, "workers", "workers and queue must not be negative"),
+		field.Check(c.QueueBytes < c.MaxBodyBytes, "queue_bytes", "%d is below max_body_bytes (%d): the largest body could never queue", c.QueueBytes, c.MaxBodyBytes),
 		field.Check(c.Deadline < 0, "deadline", "%v must not be negative", c.Deadline),
 		field.Check(c.ResultBytes < 0, "result_bytes", "%d must not be negative", c.ResultBytes),
 		field.Check(c.AVIF && c.SSIMTarget == 0, "avif", "needs optimize.ssim_target above 0 (AVIF is chosen by the SSIM target)"),
@@ -115,7 +121,7 @@ func (c Config) Options() Options {
 	return Options{
 		Image: ImageOptions{Target: c.SSIMTarget, TileFloor: c.SSIMTileFloor, Quality: c.Quality,
 			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
-		MaxBodyBytes: int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, Deadline: c.Deadline,
+		MaxBodyBytes: int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline,
 		ResultBytes: int64(c.ResultBytes),
 		AVIF:        AVIFOptions{Enabled: c.AVIF, Workers: c.AVIFWorkers, Queue: c.AVIFQueue},
 	}

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,17 @@ const MarkHeader = "Pep-Optimize"
 // that pepd can count cache hits on transformed variants. pepd removes it
 // before the radio link (header diet).
 const TransformHeader = "Pep-Transform"
+
+// DefaultQueuePerWorker is Options.Queue's default per worker. It covers
+// a page's image misses arriving at once over one HTTP/2 connection
+// (https.max_streams, 100): with the old 4 per worker, a multiplexed load
+// overloaded the queue and most of its images ran no transform at all,
+// not even for the next miss (testbed/README.md, "The optimizer over
+// HTTP/2").
+const DefaultQueuePerWorker = 64
+
+// DefaultQueueBytes is Options.QueueBytes's default.
+const DefaultQueueBytes = 64 << 20
 
 // DefaultDeadline is Options.Deadline's default: the longest a response
 // waits for its transform (config optimize.deadline).
@@ -68,9 +80,14 @@ type Options struct {
 	MaxBodyBytes int64
 	// Workers is how many transforms run at once (zero: GOMAXPROCS).
 	Workers int
-	// Queue bounds the transforms waiting for a worker (zero: 4*Workers);
-	// beyond it a body passes untouched (SkipOverload).
+	// Queue bounds the transforms waiting for a worker (zero:
+	// DefaultQueuePerWorker*Workers); beyond it, or beyond QueueBytes, a
+	// body passes untouched and no transform runs (SkipOverload).
 	Queue int
+	// QueueBytes bounds the origin bodies held by transforms waiting or
+	// running, in bytes (zero: DefaultQueueBytes): a deferred transform
+	// keeps its body after the response went.
+	QueueBytes int64
 	// Deadline bounds how long a response waits for its transform, for a
 	// worker and the transform together (zero: DefaultDeadline). Past it
 	// the response goes untransformed and unstored (SkipDeferred,
@@ -141,7 +158,10 @@ type Server struct {
 	rp     *httputil.ReverseProxy
 	slots  chan struct{} // one per running transform
 	queued chan struct{} // one per waiting transform
-	flight singleflight.Group
+	// queuedBytes are the body bytes of the transforms waiting or running
+	// (Options.QueueBytes).
+	queuedBytes atomic.Int64
+	flight      singleflight.Group
 	// avifSlots and avifQueued are AVIFOptions.Workers and Queue.
 	avifSlots  chan struct{}
 	avifQueued chan struct{}
@@ -176,7 +196,10 @@ func New(o Options) (*Server, error) {
 		o.Workers = runtime.GOMAXPROCS(0)
 	}
 	if o.Queue <= 0 {
-		o.Queue = 4 * o.Workers
+		o.Queue = DefaultQueuePerWorker * o.Workers
+	}
+	if o.QueueBytes <= 0 {
+		o.QueueBytes = DefaultQueueBytes
 	}
 	if o.Deadline <= 0 {
 		o.Deadline = DefaultDeadline
@@ -474,6 +497,12 @@ func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, cty
 		s.o.Metrics.reused(t)
 	} else {
 		ch := s.flight.DoChan(key, func() (any, error) {
+			n := int64(len(body))
+			if s.queuedBytes.Add(n) > s.o.QueueBytes {
+				s.queuedBytes.Add(-n)
+				return transformResult{skip: SkipOverload}, nil
+			}
+			defer s.queuedBytes.Add(-n)
 			select {
 			case s.queued <- struct{}{}:
 			default:

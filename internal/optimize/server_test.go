@@ -3,6 +3,11 @@ package optimize
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/jpeg"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +16,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,6 +189,21 @@ func TestServerSkips(t *testing.T) {
 		}
 	})
 
+	t.Run("queue bytes", func(t *testing.T) {
+		// Room for no body of this size: nothing queues, nothing runs.
+		w := startServerWorld(t, Options{QueueBytes: int64(len(photo) - 1), Deadline: testenv.Scale(time.Minute)}, handlers)
+		resp, b, err := w.get(t, "/photo.jpg")
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != TypeJPEG || !bytes.Equal(b, photo) {
+			t.Fatalf("%v %v: %q, %d bytes, want the origin's JPEG byte for byte", resp, err, resp.Header.Get("Content-Type"), len(b))
+		}
+		if got := w.skipped(SkipOverload); got != 1 {
+			t.Errorf("skipped{%q} = %v, want 1", SkipOverload, got)
+		}
+		if n := w.s.queuedBytes.Load(); n != 0 {
+			t.Errorf("%d queued bytes left after the overload", n)
+		}
+	})
+
 	t.Run("already encoded", func(t *testing.T) {
 		w := startServerWorld(t, Options{Deadline: testenv.Scale(time.Minute)}, handlers)
 		resp, b, err := w.get(t, "/encoded.css")
@@ -228,4 +249,60 @@ func TestServerSkips(t *testing.T) {
 			t.Errorf("body %q", b)
 		}
 	})
+}
+
+// TestServerBurst: a page's image misses arriving at once, as over one
+// HTTP/2 connection (https.max_streams 100), with the default queue: every
+// one is transformed, none overloaded (with the old 4 per worker, 2
+// workers, 90 of them ran no transform at all), and the queue's byte
+// count returns to zero. The deadline is long: this is about the queue
+// bound, not the time.
+func TestServerBurst(t *testing.T) {
+	photo := readTestdata(t, "photo.jpg")
+	src, err := jpeg.Decode(bytes.NewReader(photo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	handlers := map[string]http.HandlerFunc{}
+	for i := range n {
+		// Distinct bodies (the optimizer transforms identical ones once):
+		// the photo with one pixel changed per image.
+		img := image.NewRGBA(src.Bounds())
+		draw.Draw(img, img.Bounds(), src, src.Bounds().Min, draw.Src)
+		img.Set(i%img.Bounds().Dx(), i/img.Bounds().Dx(), color.RGBA{uint8(i), 255 - uint8(i), 0, 255})
+		var buf bytes.Buffer
+		if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 90}); err != nil {
+			t.Fatal(err)
+		}
+		handlers[fmt.Sprintf("/burst/%d.jpg", i)] = serveBytes(TypeJPEG, buf.Bytes(), "Cache-Control", "max-age=3600")
+	}
+	w := startServerWorld(t, Options{Workers: 2, Deadline: testenv.Scale(time.Minute)}, handlers)
+	var wg sync.WaitGroup
+	types := make([]string, n)
+	for i := range n {
+		wg.Go(func() {
+			resp, _, err := w.get(t, fmt.Sprintf("/burst/%d.jpg", i))
+			if err != nil {
+				types[i] = err.Error()
+				return
+			}
+			types[i] = resp.Header.Get("Content-Type")
+		})
+	}
+	wg.Wait()
+	webp := 0
+	for i, ct := range types {
+		if ct == TypeWebP {
+			webp++
+		} else if i-webp < 3 {
+			t.Logf("image %d: %s", i, ct) // the first few others
+		}
+	}
+	if webp != n || w.skipped(SkipOverload) != 0 {
+		t.Errorf("%d of %d images served as WebP, %v overloaded; want all, none", webp, n, w.skipped(SkipOverload))
+	}
+	if b := w.s.queuedBytes.Load(); b != 0 {
+		t.Errorf("%d queued bytes left after the burst", b)
+	}
 }

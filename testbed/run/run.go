@@ -484,6 +484,9 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 			}
 		}
 	}
+	if NeedsPEP(m) {
+		bed.pep.saveMetrics(s.logWith(bed.log), m)
+	}
 	if tally != nil {
 		bed.pep.logHints(s.logWith(bed.log))
 		if err := tally.endSession(recs); err != nil {
