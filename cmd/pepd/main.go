@@ -549,7 +549,7 @@ func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
 		return httpproxy.Settings{}, err
 	}
 	rc := c.Rewrite
-	rc.Origins = c.HTTPS.Origins(c.VIP)
+	rc.Origins, rc.PlainBlocking = c.HTTPS.Origins(c.VIP), c.HTTPS.PlainBlocking()
 	rw, err := rewrite.New(c.VIP.String(), rc, d.log, d.rwm)
 	if err != nil {
 		return httpproxy.Settings{}, err

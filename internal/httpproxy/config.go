@@ -158,11 +158,18 @@ type HTTPS struct {
 	// stylesheet before images; golang.org/x/net/http2's scheduler).
 	// Default round-robin.
 	Priority string `yaml:"priority" reload:"restart"`
+	// RenderBlocking is the scheme url mode writes an HTML document's
+	// render-blocking elements under (stylesheet links, parser-blocking
+	// scripts; rewrite.Config.PlainBlocking) when URLs is on: "https"
+	// (the shards, like every other object) or "http" (the plain
+	// http://VIP: TCP alone, no TLS handshake before the first paint's
+	// stylesheets). Default https.
+	RenderBlocking string `yaml:"render_blocking"`
 }
 
 // DefaultHTTPS returns the https section's defaults.
 func DefaultHTTPS() HTTPS {
-	return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Priority: H2RoundRobin}
+	return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Priority: H2RoundRobin, RenderBlocking: "https"}
 }
 
 // Validate returns the first invalid field as a *field.Error whose path
@@ -178,6 +185,7 @@ func (h HTTPS) Validate() error {
 		field.Check(h.MaxStreams < 1 || h.MaxStreams > 1000, "max_streams", "%d is outside 1..1000", h.MaxStreams),
 		field.AtLeast("max_streams_per_subscriber", h.MaxStreamsPerSubscriber, 1),
 		field.Check(h.Priority != H2RoundRobin && h.Priority != H2RFC7540, "priority", "%q is not %s or %s", h.Priority, H2RoundRobin, H2RFC7540),
+		field.Check(!field.OneOf(h.RenderBlocking, "https", "http"), "render_blocking", "%q is not https or http", h.RenderBlocking),
 		field.Check(len(h.ShardPorts) > 0 && len(h.ShardPorts) < h.Shards, "shard_ports", "%d ports for %d shards", len(h.ShardPorts), h.Shards),
 	); err != nil {
 		return err
@@ -228,6 +236,11 @@ func (h HTTPS) VIPNames() []string {
 	}
 	return out
 }
+
+// PlainBlocking reports whether url mode writes render-blocking elements
+// under the plain http://VIP (rewrite.Config.PlainBlocking): URLs on
+// and RenderBlocking "http".
+func (h HTTPS) PlainBlocking() bool { return h.URLs && h.RenderBlocking == "http" }
 
 // Origins are the origins url mode writes VIP URLs under
 // (rewrite.Config.Origins, hints.Options.Origins): with URLs, one https

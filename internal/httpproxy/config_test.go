@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -32,6 +33,21 @@ func TestHTTPSOrigins(t *testing.T) {
 		if got := c.h.CertNames(vip); !slices.Equal(got, c.certs) {
 			t.Errorf("%s: CertNames = %q, want %q", c.name, got, c.certs)
 		}
+	}
+	// render_blocking http moves render-blocking elements to the plain
+	// http://VIP only when url mode writes https URLs at all.
+	for _, c := range []struct {
+		h    HTTPS
+		want bool
+	}{{HTTPS{URLs: true, RenderBlocking: "http"}, true}, {HTTPS{URLs: true, RenderBlocking: "https"}, false},
+		{HTTPS{RenderBlocking: "http"}, false}} {
+		if got := c.h.PlainBlocking(); got != c.want {
+			t.Errorf("%+v: PlainBlocking = %v, want %v", c.h, got, c.want)
+		}
+	}
+	if err := (HTTPS{Shards: 1, MaxStreams: 1, MaxStreamsPerSubscriber: 1, Priority: H2RoundRobin, RenderBlocking: "tls"}).Validate(); err == nil ||
+		!strings.Contains(err.Error(), "render_blocking") {
+		t.Errorf("render_blocking tls: %v, want an error naming render_blocking", err)
 	}
 }
 

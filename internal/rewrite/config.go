@@ -44,6 +44,16 @@ type Config struct {
 	// means "http://VIP", the paper's url mode. Set by pepd from its https
 	// section, not read from YAML.
 	Origins []string `yaml:"-"`
+	// PlainBlocking writes the URLs of an HTML document's render-blocking
+	// elements, stylesheet links and parser-blocking scripts, under the
+	// plain http://VIP whatever Origins say: they hold the first paint
+	// back, and an https VIP origin costs them a TLS handshake, one more
+	// radio round trip than TCP alone, on a connection the page cannot
+	// have open yet (connections are partitioned by top-level site). The
+	// rest (images, fonts, async scripts, what the stylesheets name) goes
+	// to Origins. No effect without https Origins. Set by pepd from
+	// https.render_blocking, not read from YAML.
+	PlainBlocking bool `yaml:"-"`
 }
 
 // Defaults of Config's fields.

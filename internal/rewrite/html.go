@@ -80,15 +80,17 @@ func (r *Rewriter) CSS(dst io.Writer, src io.Reader, doc *url.URL) (Stats, error
 
 // doc is the state of one document's rewrite.
 type doc struct {
-	u        urlRewriter
-	docURL   *url.URL
-	baseSeen bool
-	spans    [numAttrs]span
-	buf      []byte
+	u urlRewriter
+	// plainBlocking is Config.PlainBlocking.
+	plainBlocking bool
+	docURL        *url.URL
+	baseSeen      bool
+	spans         [numAttrs]span
+	buf           []byte
 }
 
 func (r *Rewriter) newDoc(u *url.URL) *doc {
-	d := &doc{docURL: u}
+	d := &doc{docURL: u, plainBlocking: r.cfg.PlainBlocking}
 	d.u = urlRewriter{vip: &r.origins, base: newBase(u), absOnly: r.absOnly, noURLs: r.noURLs}
 	return d
 }
@@ -155,6 +157,8 @@ const (
 	attrPoster
 	attrStyle
 	attrIntegrity
+	attrAsync
+	attrDefer
 	numAttrs
 )
 
@@ -240,8 +244,13 @@ func attrID(key []byte) int {
 			return attrData
 		}
 	case 5:
-		if asciiEqualFold(key, "style") {
+		switch {
+		case asciiEqualFold(key, "style"):
 			return attrStyle
+		case asciiEqualFold(key, "async"):
+			return attrAsync
+		case asciiEqualFold(key, "defer"):
+			return attrDefer
 		}
 	case 6:
 		switch {
@@ -353,6 +362,12 @@ func scanAttrs(raw []byte, i int, spans *[numAttrs]span) (gt int, unquotedToGT b
 // relWanted reports whether a link's rel token list names a type whose href
 // is rewritten.
 func relWanted(v []byte) bool {
+	return relHas(v, "stylesheet", "icon", "preload", "modulepreload")
+}
+
+// relHas reports whether the rel token list v names one of types
+// (ASCII case-insensitive).
+func relHas(v []byte, types ...string) bool {
 	for i := 0; i < len(v); {
 		for i < len(v) && isHTMLSpace(v[i]) {
 			i++
@@ -361,10 +376,10 @@ func relWanted(v []byte) bool {
 		for j < len(v) && !isHTMLSpace(v[j]) {
 			j++
 		}
-		t := v[i:j]
-		if asciiEqualFold(t, "stylesheet") || asciiEqualFold(t, "icon") ||
-			asciiEqualFold(t, "preload") || asciiEqualFold(t, "modulepreload") {
-			return true
+		for _, t := range types {
+			if asciiEqualFold(v[i:j], t) {
+				return true
+			}
 		}
 		i = j
 	}
@@ -379,6 +394,27 @@ func trimHTMLSpace(v []byte) []byte {
 		v = v[:len(v)-1]
 	}
 	return v
+}
+
+// renderBlocking reports whether the element id, its attributes in spans
+// (positions in raw), holds the first paint back: a stylesheet link, or a
+// parser-blocking script (src without async or defer, not a module;
+// HTML Living Standard §4.12.1, "parser-blocking").
+func renderBlocking(id int, raw []byte, spans *[numAttrs]span) bool {
+	switch id {
+	case tagLink:
+		s := spans[attrRel]
+		return s.present && relHas(raw[s.start:s.end], "stylesheet")
+	case tagScript:
+		if spans[attrAsync].present || spans[attrDefer].present {
+			return false
+		}
+		if s := spans[attrType]; s.present && asciiEqualFold(trimHTMLSpace(raw[s.start:s.end]), "module") {
+			return false
+		}
+		return spans[attrSrc].present
+	}
+	return false
 }
 
 // tag rewrites the start tag b[start:end] whose name ends at nameEnd and
@@ -427,6 +463,8 @@ func (d *doc) tag(b []byte, start, end, nameEnd int) []byte {
 	if ne == 0 {
 		return nil
 	}
+	d.u.plain = d.plainBlocking && renderBlocking(id, raw, spans)
+	defer func() { d.u.plain = false }()
 	// Apply the edits in the order of their values in raw.
 	for a := 1; a < ne; a++ {
 		for k := a; k > 0 && spans[edits[k].attr].start < spans[edits[k-1].attr].start; k-- {

@@ -175,9 +175,23 @@ type urlRewriter struct {
 	base    base
 	absOnly bool // rewrite absolute http: URLs only (the fuzz property's mode)
 	noURLs  bool // rewrite no URL at all (the identity test's mode)
+	// plain writes the URL being rewritten under the plain http://VIP
+	// origin whatever the Origins (a render-blocking element's, with
+	// Config.PlainBlocking).
+	plain   bool
 	stats   Stats
 	scratch []byte
 	pathBuf []byte
+}
+
+// origin is the VIP origin a URL goes under: picked, the host's shard
+// of Config.Origins, or the plain http://VIP for a render-blocking
+// element (plain).
+func (u *urlRewriter) origin(picked string) string {
+	if u.plain {
+		return u.vip.plain
+	}
+	return picked
 }
 
 // appendURL appends the VIP form of the URL in raw to dst. raw is the whole
@@ -267,7 +281,7 @@ func (u *urlRewriter) url(dst, raw []byte, ctx context) (int, []byte) {
 	}
 	// Resolve against the base (RFC 3986 section 5.2.2, dot segments as the
 	// WHATWG URL standard: "%2e" counts as ".").
-	t := append(u.scratch[:0], u.vip.pick(u.base.auth)...)
+	t := append(u.scratch[:0], u.origin(u.vip.pick(u.base.auth))...)
 	t = append(t, '/')
 	t = append(t, u.base.auth...)
 	pathEnd := 0
@@ -351,7 +365,7 @@ func (u *urlRewriter) absolute(dst, lead, s []byte, end int, trail []byte) (int,
 		return urlUnsafe, dst
 	}
 	dst = append(dst, lead...)
-	dst = append(dst, u.vip.pickBytes(la)...)
+	dst = append(dst, u.origin(u.vip.pickBytes(la))...)
 	dst = append(dst, '/')
 	dst = append(dst, la...)
 	dst = append(dst, rest...)

@@ -203,3 +203,45 @@ func TestOrigins(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainBlocking: with Config.PlainBlocking the render-blocking
+// elements, stylesheet links (any case, among other rel tokens) and
+// parser-blocking scripts, go under the plain http://VIP, and everything
+// else under its https shard as without it: async, defer and module
+// scripts, images, preloads, inline styles, and the url() of a stylesheet
+// served from the plain VIP (its fonts and images are not render-blocking).
+// Without PlainBlocking the same document goes wholly to the shards.
+func TestPlainBlocking(t *testing.T) {
+	origins := []string{"https://192.0.2.12", "https://192.0.2.12:8443", "https://vip.example.net:8444"}
+	in := `<link rel="Alternate StyleSheet" href="http://a.com/s.css"><script src="http://a.com/s.js"></script>` +
+		`<script async src="http://a.com/a.js"></script><script defer src="http://a.com/d.js"></script>` +
+		`<script type=" module" src="http://a.com/m.js"></script><link rel=preload as=style href="http://a.com/p.css">` +
+		`<img src="http://a.com/x.png" style="background:url(http://a.com/bg.png)">`
+	plain := `<link rel="Alternate StyleSheet" href="http://192.0.2.12/a.com/s.css"><script src="http://192.0.2.12/a.com/s.js"></script>` +
+		`<script async src="https://192.0.2.12/a.com/a.js"></script><script defer src="https://192.0.2.12/a.com/d.js"></script>` +
+		`<script type=" module" src="https://192.0.2.12/a.com/m.js"></script><link rel=preload as=style href="https://192.0.2.12/a.com/p.css">` +
+		`<img src="https://192.0.2.12/a.com/x.png" style="background:url(https://192.0.2.12/a.com/bg.png)">`
+	for _, c := range []struct {
+		plainBlocking bool
+		want          string
+	}{{true, plain}, {false, strings.ReplaceAll(plain, "http://192.0.2.12/", "https://192.0.2.12/")}} {
+		r, err := New("192.0.2.12", Config{Origins: origins, PlainBlocking: c.plainBlocking}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		if _, err := r.HTML(&out, strings.NewReader(in), mustURL(t, "http://www.foo.com/")); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != c.want {
+			t.Errorf("PlainBlocking %v:\n got %s\nwant %s", c.plainBlocking, out.String(), c.want)
+		}
+		out.Reset()
+		if _, err := r.CSS(&out, strings.NewReader(`@font-face{src:url(/f.woff2)}`), mustURL(t, "http://a.com/s.css")); err != nil {
+			t.Fatal(err)
+		}
+		if want := `@font-face{src:url(https://192.0.2.12/a.com/f.woff2)}`; out.String() != want {
+			t.Errorf("PlainBlocking %v: CSS %s, want %s", c.plainBlocking, out.String(), want)
+		}
+	}
+}
