@@ -306,3 +306,37 @@ func TestServerBurst(t *testing.T) {
 		t.Errorf("%d queued bytes left after the burst", b)
 	}
 }
+
+// TestServerAVIFOverload (issue 27): with the AVIF workers busy and the
+// AVIF queue full, a request that accepts AVIF gets the WebP at once,
+// marked for storing (no Pep-Deferred: an AVIF that never started is not
+// pending), counted as outcome "overload"; the overload is not kept, so
+// once the AVIF worker is free the next miss of the same image runs the
+// search and gets the AVIF (photo.jpg's is smaller than its WebP).
+func TestServerAVIFOverload(t *testing.T) {
+	photo := readTestdata(t, "photo.jpg")
+	handlers := map[string]http.HandlerFunc{"/photo.jpg": serveBytes(TypeJPEG, photo, "Cache-Control", "max-age=3600")}
+	w := startServerWorld(t, Options{Deadline: testenv.Scale(time.Minute), AVIF: AVIFOptions{Enabled: true, Workers: 1, Queue: 1}}, handlers)
+	outcome := func(o string) float64 { return testutil.ToFloat64(w.m.avifs.WithLabelValues(o)) }
+	w.s.avifSlots <- struct{}{}
+	w.s.avifQueued <- struct{}{}
+	resp, b, err := w.get(t, "/photo.jpg")
+	<-w.s.avifQueued
+	<-w.s.avifSlots
+	if err != nil || resp.Header.Get("Content-Type") != TypeWebP || len(b) >= len(photo) {
+		t.Fatalf("AVIF queue full: %v %v: %q, %d bytes, want the WebP", resp, err, resp.Header.Get("Content-Type"), len(b))
+	}
+	if d := resp.Header.Get(DeferredHeader); d != "" {
+		t.Errorf("AVIF queue full: %s %q, want none (the WebP is to be stored)", DeferredHeader, d)
+	}
+	if got := outcome(AVIFOverload); got != 1 {
+		t.Errorf("avif_total{outcome=%q} = %v, want 1", AVIFOverload, got)
+	}
+	resp, a, err := w.get(t, "/photo.jpg")
+	if err != nil || resp.Header.Get("Content-Type") != TypeAVIF || len(a) >= len(b) {
+		t.Fatalf("AVIF worker free: %v %v: %q, %d bytes (WebP %d), want the AVIF", resp, err, resp.Header.Get("Content-Type"), len(a), len(b))
+	}
+	if got := outcome(AVIFServed); got != 1 {
+		t.Errorf("avif_total{outcome=%q} = %v, want 1", AVIFServed, got)
+	}
+}
