@@ -89,6 +89,7 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 			writeTimes(&b, v, tv)
 		}
 		writeHints(&b, v, r, times[p.Name])
+		writeOptimizer(&b, v, r)
 		writeFailures(&b, v, r)
 		if names := plots[p.Name]; len(names) > 0 {
 			for _, n := range names {

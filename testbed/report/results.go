@@ -104,6 +104,16 @@ type Record struct {
 	HintsUsed        int   `json:"hints_used,omitempty"`
 	HintsUnused      int   `json:"hints_unused,omitempty"`
 	HintsUnusedBytes int64 `json:"hints_unused_bytes,omitempty"`
+
+	// The optimizer's outcomes, +opt modes only (pepd's
+	// pep_optimize_transforms_total and pep_optimize_skipped_total, read
+	// before and after the load): OptTransformed is the transformed
+	// bodies served to Squid (images and text, fresh or reused from an
+	// earlier deferred transform), OptSkipped the responses passed
+	// untransformed by reason ("deferred": the deadline passed, "overload": the queue was
+	// full, "not smaller", "encoded", ...).
+	OptTransformed int            `json:"opt_transformed,omitempty"`
+	OptSkipped     map[string]int `json:"opt_skipped,omitempty"`
 }
 
 // ProfileInfo is what the report needs of a link profile.

@@ -306,9 +306,8 @@ func (p *pep) resetHints() error {
 // LOGS/pepd-metrics-MODE.prom (Prometheus text format; counters count from
 // pepd's start, so with several modes on one bed, without -split-modes,
 // they add up across its sessions in RotateModes order), and logs the
-// optimizer's outcomes (pep_optimize_transforms_total and
-// pep_optimize_skipped_total, by reason) so that a mode whose radio bytes
-// stay near direct's shows why. A failed read is logged, not an error.
+// optimizer's outcomes (optCounts; per load they are in the records). A
+// failed read is logged, not an error.
 func (p *pep) saveMetrics(log *slog.Logger, mode string) {
 	m, err := p.adminPath(http.MethodGet, "/metrics", "")
 	if err != nil {
@@ -318,16 +317,8 @@ func (p *pep) saveMetrics(log *slog.Logger, mode string) {
 	if err := os.WriteFile(filepath.Join(p.b.logs, "pepd-metrics-"+safeFileName(mode)+".prom"), []byte(m), 0o644); err != nil {
 		log.Warn("saving pepd's metrics", "err", err)
 	}
-	var args []any
-	for _, l := range strings.Split(m, "\n") {
-		i := strings.LastIndexByte(l, ' ') // label values may hold spaces ("not smaller")
-		if name, v := l[:max(i, 0)], l[i+1:]; i > 0 && (strings.HasPrefix(name, "pep_optimize_transforms_total") ||
-			strings.HasPrefix(name, "pep_optimize_skipped_total")) {
-			args = append(args, strings.TrimPrefix(name, "pep_optimize_"), v)
-		}
-	}
-	if len(args) > 0 {
-		log.Info("optimizer after the session", args...)
+	if c, err := parseOptCounts(m); err == nil && (c.transformed > 0 || len(c.skipped) > 0) {
+		log.Info("optimizer after the session", "transformed", c.transformed, "skipped", c.skipped)
 	}
 }
 

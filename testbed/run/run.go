@@ -462,10 +462,18 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 			return nil, "", err
 		}
 	}
+	var opt optCounts // the optimizer's counters before the load (+opt modes)
+	_, hasOpt := SplitMode(m)
+	hasOpt = hasOpt && NeedsPEP(m)
 	for seq, pg := range e.corp.Pages {
 		e.step(s, pg)
 		bed.Link.ResetCounters()
 		bed.Origin.ResetStats()
+		if hasOpt {
+			if opt, err = bed.pep.optCounts(); err != nil {
+				return recs, b.UserAgent(), err
+			}
+		}
 		p, err := b.Load(ctx, pg.URL)
 		if err != nil {
 			return recs, b.UserAgent(), err
@@ -477,6 +485,13 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 		}
 		r.Origin404 = int(st.Misses)
 		r.Scheme, r.Shards, r.VIPProto = scheme, shards, vipProto(p.Protocols, vip.String())
+		if hasOpt {
+			after, err := bed.pep.optCounts()
+			if err != nil {
+				return recs, b.UserAgent(), err
+			}
+			creditOpt(&r, opt, after)
+		}
 		recs = append(recs, r)
 		if tally != nil {
 			if err := tally.afterLoad(recs); err != nil {

@@ -1,0 +1,78 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// OptRow is one +opt mode's optimizer outcomes over a profile's loads
+// (Record.OptTransformed and OptSkipped summed).
+type OptRow struct {
+	Mode        string
+	Loads       int
+	Transformed int
+	// Skipped are the untransformed responses by reason.
+	Skipped map[string]int
+}
+
+// OptRows returns a row per mode of v whose records carry optimizer
+// counters, in v's mode order; none when no record does (the modes
+// without +opt, or results from before the counters were recorded).
+func OptRows(v View, r *Results) []OptRow {
+	var rows []OptRow
+	for _, m := range v.Modes {
+		row := OptRow{Mode: m, Skipped: map[string]int{}}
+		seen := false
+		for _, rec := range r.Records {
+			if rec.Profile != v.Profile.Name || rec.Mode != m {
+				continue
+			}
+			row.Loads++
+			row.Transformed += rec.OptTransformed
+			for k, n := range rec.OptSkipped {
+				row.Skipped[k] += n
+			}
+			seen = seen || rec.OptTransformed > 0 || len(rec.OptSkipped) > 0
+		}
+		if seen {
+			rows = append(rows, row)
+		}
+	}
+	return rows
+}
+
+// writeOptimizer prints the optimizer's outcomes per +opt mode: what it
+// transformed and why it passed the rest, so that a mode whose radio bytes
+// stay near direct's shows the reason (over HTTP/2 a page's image misses
+// arrive at once: deferred and overload).
+func writeOptimizer(b *bytes.Buffer, v View, r *Results) {
+	rows := OptRows(v, r)
+	if len(rows) == 0 {
+		return
+	}
+	reasons := map[string]bool{}
+	for _, x := range rows {
+		for k := range x.Skipped {
+			reasons[k] = true
+		}
+	}
+	cols := slices.Sorted(maps.Keys(reasons))
+	b.WriteString("### The optimizer's outcomes (pepd's counters)\n\n")
+	b.WriteString("pep_optimize_transforms_total and pep_optimize_skipped_total{reason}, read before and after each load, " +
+		"summed over the mode's loads: transformed bodies served to Squid (images and text, fresh or reused) " +
+		"and responses passed untransformed by reason. deferred: the transform missed optimize.deadline and went on for the next miss; " +
+		"overload: the transform queue was full and nothing ran.\n\n")
+	fmt.Fprintf(b, "| mode | loads | transformed | %s |\n", strings.Join(cols, " | "))
+	fmt.Fprintf(b, "|---|---:|---:|%s\n", strings.Repeat("---:|", len(cols)))
+	for _, x := range rows {
+		fmt.Fprintf(b, "| %s | %d | %d |", x.Mode, x.Loads, x.Transformed)
+		for _, c := range cols {
+			fmt.Fprintf(b, " %d |", x.Skipped[c])
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+}

@@ -1,0 +1,74 @@
+package run
+
+// The optimizer's outcomes per load (+opt modes): pepd's pep_optimize_*
+// counters read around each load and credited to its record.
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"pep/testbed/report"
+)
+
+// optCounts are pepd's optimizer counters: transformed bodies served to
+// Squid, fresh or reused (every transform and type:
+// pep_optimize_transforms_total), and responses passed untransformed by
+// reason (pep_optimize_skipped_total{reason}).
+type optCounts struct {
+	transformed float64
+	skipped     map[string]float64
+}
+
+// optCounts reads pepd's optimizer counters from its /metrics.
+func (p *pep) optCounts() (optCounts, error) {
+	m, err := p.adminPath(http.MethodGet, "/metrics", "")
+	if err != nil {
+		return optCounts{}, fmt.Errorf("run: reading pepd's optimizer counters: %w", err)
+	}
+	return parseOptCounts(m)
+}
+
+// parseOptCounts reads the optimizer counters from a Prometheus text
+// exposition; absent counters read 0, a value that is not a number is an
+// error. Label values may hold spaces (reason="not smaller").
+func parseOptCounts(m string) (optCounts, error) {
+	c := optCounts{skipped: map[string]float64{}}
+	for _, l := range strings.Split(m, "\n") {
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 || strings.HasPrefix(l, "#") {
+			continue
+		}
+		name, v := l[:i], l[i+1:]
+		reason, isSkip := strings.CutPrefix(name, `pep_optimize_skipped_total{reason="`)
+		if !isSkip && !strings.HasPrefix(name, "pep_optimize_transforms_total{") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return optCounts{}, fmt.Errorf("run: pepd's metrics: %s %q: %w", name, v, err)
+		}
+		if isSkip {
+			c.skipped[strings.TrimSuffix(reason, `"}`)] += f
+		} else {
+			c.transformed += f
+		}
+	}
+	return c, nil
+}
+
+// creditOpt adds to r what changed from before to after: the load's
+// transformed responses and skips (both counted when the optimizer
+// answers Squid, so within the load).
+func creditOpt(r *report.Record, before, after optCounts) {
+	r.OptTransformed += int(after.transformed - before.transformed)
+	for reason, n := range after.skipped {
+		if d := int(n - before.skipped[reason]); d > 0 {
+			if r.OptSkipped == nil {
+				r.OptSkipped = map[string]int{}
+			}
+			r.OptSkipped[reason] += d
+		}
+	}
+}

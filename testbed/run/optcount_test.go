@@ -1,0 +1,40 @@
+package run
+
+import (
+	"maps"
+	"os"
+	"strings"
+	"testing"
+
+	"pep/testbed/report"
+)
+
+// TestOptCounts: the optimizer's counters from a /metrics pepd served
+// (testdata/pepd-metrics.prom, saved by a session-13 campaign): the
+// transforms summed over transform and type, the skips by reason with the
+// reason that holds a space, neighbouring families ignored; a value that
+// is not a number is an error. creditOpt gives a load what changed.
+func TestOptCounts(t *testing.T) {
+	b, err := os.ReadFile("testdata/pepd-metrics.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseOptCounts(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"animated": 5, "deferred": 31, "encoded": 198, "not accepted": 1, "not smaller": 130, "undecodable": 1}
+	if c.transformed != 210+361+77 || !maps.Equal(c.skipped, want) {
+		t.Errorf("got transformed %v, skipped %v; want 648, %v", c.transformed, c.skipped, want)
+	}
+	if _, err := parseOptCounts(`pep_optimize_skipped_total{reason="deferred"} many`); err == nil || !strings.Contains(err.Error(), "deferred") {
+		t.Errorf("a value that is not a number: %v", err)
+	}
+	next, _ := parseOptCounts(strings.NewReplacer(`"deferred"} 31`, `"deferred"} 40`, `image/png"} 77`, `image/png"} 80`,
+		`pep_optimize_skipped_total{reason="animated"} 5`+"\n", "").Replace(string(b)))
+	var r report.Record
+	creditOpt(&r, c, next)
+	if r.OptTransformed != 3 || !maps.Equal(r.OptSkipped, map[string]int{"deferred": 9}) {
+		t.Errorf("credited %d, %v; want 3, deferred 9", r.OptTransformed, r.OptSkipped)
+	}
+}
