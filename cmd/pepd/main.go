@@ -200,6 +200,9 @@ type pepd struct {
 	reg      *prometheus.Registry
 	mode     *mode.Switch
 	optimize *optimize.Policy
+	// optimizer is the optimizer (Squid's parent); nil without
+	// optimize.listen.
+	optimizer *optimize.Server
 	// hints are the dependency hints (internal/hints), switch and learner.
 	hints *httpproxy.Hints
 	// cache is the cache policy (admission, marks' counters) and
@@ -304,13 +307,22 @@ func build(cfg *config.Config, log *slog.Logger, level *slog.LevelVar) (*pepd, e
 			d.closeListeners()
 			return nil, fmt.Errorf("admin: listen %q: %w", cfg.Listen.Admin, err)
 		}
-		srv := &http.Server{Handler: admin.Handler(admin.Options{Mode: d.mode, Optimize: d.optimize.Switch, Hints: d.hints.Switch, HintsReset: d.hints.Learner.Reset,
+		srv := &http.Server{Handler: admin.Handler(admin.Options{Mode: d.mode, Optimize: d.optimize.Switch, Hints: d.hints.Switch, HintsReset: d.hints.Learner.Reset, OptimizeReset: d.optimizeReset(),
 			Cache: d.cacheStatus.Status, Gatherer: d.reg, Health: d.health, Log: log}),
 			ReadHeaderTimeout: 5 * time.Second}
 		d.services = append(d.services, service{name: "admin " + ln.Addr().String(),
 			serve: func() error { return srv.Serve(ln) }, shutdown: srv.Shutdown})
 	}
 	return d, nil
+}
+
+// optimizeReset is DELETE /optimize/results' action: nil without an
+// optimizer.
+func (d *pepd) optimizeReset() func() {
+	if d.optimizer == nil {
+		return nil
+	}
+	return d.optimizer.ResetResults
 }
 
 // buildOptimizer creates the optimizer's policy (the switch, the
@@ -358,6 +370,7 @@ func (d *pepd) buildOptimizer(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	d.optimizer = srv
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("optimize: listen %q: %w", o.Listen, err)

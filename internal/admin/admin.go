@@ -52,6 +52,10 @@ type Options struct {
 	// Hints is the switch /hints reads and writes (internal/hints); nil:
 	// no /hints.
 	Hints *hints.Switch
+	// OptimizeReset is DELETE /optimize/results: drop the optimizer's
+	// finished transforms kept for the next miss
+	// (optimize.Server.ResetResults); nil: no such route.
+	OptimizeReset func()
 	// HintsReset is DELETE /hints: forget what was learned; nil: no DELETE
 	// /hints.
 	HintsReset func()
@@ -129,6 +133,13 @@ func Handler(o Options) http.Handler {
 	}
 	if o.Hints != nil {
 		onOffRoutes(mux, "/hints", "hints", o.Hints, log)
+	}
+	if o.OptimizeReset != nil {
+		mux.HandleFunc("DELETE /optimize/results", func(w http.ResponseWriter, r *http.Request) {
+			o.OptimizeReset()
+			log.Info("optimizer results emptied", "by", r.RemoteAddr)
+			io.WriteString(w, "emptied\n")
+		})
 	}
 	if o.HintsReset != nil {
 		mux.HandleFunc("DELETE /hints", func(w http.ResponseWriter, r *http.Request) {

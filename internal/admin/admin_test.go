@@ -79,3 +79,35 @@ func TestAdmin(t *testing.T) {
 		t.Errorf("unhealthy: %d %q", code, body)
 	}
 }
+
+// TestResetRoutes: DELETE /optimize/results and DELETE /hints call their
+// actions once each and answer 200; without the actions the routes do
+// not exist (404).
+func TestResetRoutes(t *testing.T) {
+	var opt, hints int
+	with := httptest.NewServer(Handler(Options{Mode: mode.NewSwitch(mode.Off), Gatherer: prometheus.NewRegistry(),
+		OptimizeReset: func() { opt++ }, HintsReset: func() { hints++ }}))
+	defer with.Close()
+	without := httptest.NewServer(Handler(Options{Mode: mode.NewSwitch(mode.Off), Gatherer: prometheus.NewRegistry()}))
+	defer without.Close()
+	del := func(base, path string) int {
+		req, _ := http.NewRequest(http.MethodDelete, base+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := del(with.URL, "/optimize/results"); c != 200 || opt != 1 || hints != 0 {
+		t.Errorf("DELETE /optimize/results: %d, optimizer resets %d, hints resets %d; want 200, 1, 0", c, opt, hints)
+	}
+	if c := del(with.URL, "/hints"); c != 200 || opt != 1 || hints != 1 {
+		t.Errorf("DELETE /hints: %d, optimizer resets %d, hints resets %d; want 200, 1, 1", c, opt, hints)
+	}
+	for _, p := range []string{"/optimize/results", "/hints"} {
+		if c := del(without.URL, p); c != http.StatusNotFound && c != http.StatusMethodNotAllowed {
+			t.Errorf("DELETE %s without its action: %d, want 404 or 405", p, c)
+		}
+	}
+}

@@ -75,6 +75,15 @@ func (c *results) put(key string, r transformResult) {
 	}
 }
 
+// reset drops every entry.
+func (c *results) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ll.Init()
+	clear(c.m)
+	c.bytes = 0
+}
+
 // size returns the entries and the bytes they are counted for.
 func (c *results) size() (n int, bytes int64) {
 	c.mu.Lock()

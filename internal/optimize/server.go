@@ -464,6 +464,13 @@ func (s *Server) modify(resp *http.Response) error {
 	return nil
 }
 
+// ResetResults drops the finished transforms kept for the next miss of
+// their object (Options.ResultBytes), so that the next miss of every
+// object transforms again: a cold start without a restart (pepd's
+// DELETE /optimize/results; the testbed's cold cache). Transforms running
+// now still keep their results when they finish.
+func (s *Server) ResetResults() { s.results.reset() }
+
 // transformResult is what one (shared) transform returns.
 type transformResult struct {
 	out   []byte

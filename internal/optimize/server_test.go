@@ -267,10 +267,12 @@ func TestServerBurst(t *testing.T) {
 	handlers := map[string]http.HandlerFunc{}
 	for i := range n {
 		// Distinct bodies (the optimizer transforms identical ones once):
-		// the photo with one pixel changed per image.
+		// the photo with a 16x16 square of its own colour at its own place
+		// (a single pixel can vanish in the JPEG's quantisation).
 		img := image.NewRGBA(src.Bounds())
 		draw.Draw(img, img.Bounds(), src, src.Bounds().Min, draw.Src)
-		img.Set(i%img.Bounds().Dx(), i/img.Bounds().Dx(), color.RGBA{uint8(i), 255 - uint8(i), 0, 255})
+		x, y := (i*16)%(img.Bounds().Dx()-16), (i*16)/(img.Bounds().Dx()-16)*16
+		draw.Draw(img, image.Rect(x, y, x+16, y+16), &image.Uniform{color.RGBA{uint8(2 * i), 255 - uint8(2*i), 128, 255}}, image.Point{}, draw.Src)
 		var buf bytes.Buffer
 		if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: 90}); err != nil {
 			t.Fatal(err)
@@ -304,6 +306,22 @@ func TestServerBurst(t *testing.T) {
 	}
 	if b := w.s.queuedBytes.Load(); b != 0 {
 		t.Errorf("%d queued bytes left after the burst", b)
+	}
+	// ResetResults (DELETE /optimize/results): the kept transforms go,
+	// and the next miss of an image transforms it again.
+	if k, _ := w.s.results.size(); k < n {
+		t.Errorf("%d results kept after %d transforms", k, n)
+	}
+	w.s.ResetResults()
+	if k, b := w.s.results.size(); k != 0 || b != 0 {
+		t.Errorf("after ResetResults: %d results, %d bytes", k, b)
+	}
+	reused := testutil.ToFloat64(w.m.reuse.WithLabelValues("webp"))
+	if resp, _, err := w.get(t, "/burst/0.jpg"); err != nil || resp.Header.Get("Content-Type") != TypeWebP {
+		t.Fatalf("after ResetResults: %v %v, want WebP", resp, err)
+	}
+	if got := testutil.ToFloat64(w.m.reuse.WithLabelValues("webp")); got != reused {
+		t.Errorf("after ResetResults a kept result was reused (%v -> %v)", reused, got)
 	}
 }
 

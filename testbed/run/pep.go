@@ -403,10 +403,22 @@ func (b *Bed) SetMode(ctx context.Context, m string) error {
 	return nil
 }
 
-// ColdCache empties Squid's cache: a restart on a fresh cache folder.
+// ColdCache empties Squid's cache (a restart on a fresh cache folder) and
+// the optimizer's finished transforms (DELETE /optimize/results), which
+// would otherwise serve the next miss of an object a transform from an
+// earlier session: from the teaching pass of a +hints session, or from
+// another mode's session on the same bed.
 func (b *Bed) ColdCache(ctx context.Context) error {
 	if b.squid == nil {
 		return nil
 	}
-	return b.squid.start(ctx, true)
+	if err := b.squid.start(ctx, true); err != nil {
+		return err
+	}
+	if b.pep != nil {
+		if _, err := b.pep.adminPath(http.MethodDelete, "/optimize/results", ""); err != nil {
+			return fmt.Errorf("run: emptying the optimizer's results: %w", err)
+		}
+	}
+	return nil
 }
