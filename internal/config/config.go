@@ -178,6 +178,7 @@ func Default() Config {
 		Optimize:           optimize.DefaultConfig(),
 		Cache:              cachepolicy.DefaultConfig(),
 		HTTPS:              httpproxy.DefaultHTTPS(),
+		Radio:              httpproxy.DefaultRadio(),
 		Hints:              hints.DefaultConfig(),
 		Log:                Log{Level: "info", Format: "text"},
 	}
