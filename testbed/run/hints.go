@@ -17,11 +17,17 @@ type hintCounts struct{ sent, used, unused, unusedBytes float64 }
 
 // hintCounts reads pepd's hint counters from its /metrics.
 func (p *pep) hintCounts() (hintCounts, error) {
+	return readCounts(p, "hint counters", parseHintCounts)
+}
+
+// readCounts reads pepd's /metrics and parses what of it is named what.
+func readCounts[T any](p *pep, what string, parse func(string) (T, error)) (T, error) {
 	m, err := p.adminPath(http.MethodGet, "/metrics", "")
 	if err != nil {
-		return hintCounts{}, fmt.Errorf("run: reading pepd's hint counters: %w", err)
+		var zero T
+		return zero, fmt.Errorf("run: reading pepd's %s: %w", what, err)
 	}
-	return parseHintCounts(m)
+	return parse(m)
 }
 
 // parseHintCounts reads the hint counters from a Prometheus text

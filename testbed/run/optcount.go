@@ -5,7 +5,6 @@ package run
 
 import (
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 
@@ -23,11 +22,7 @@ type optCounts struct {
 
 // optCounts reads pepd's optimizer counters from its /metrics.
 func (p *pep) optCounts() (optCounts, error) {
-	m, err := p.adminPath(http.MethodGet, "/metrics", "")
-	if err != nil {
-		return optCounts{}, fmt.Errorf("run: reading pepd's optimizer counters: %w", err)
-	}
-	return parseOptCounts(m)
+	return readCounts(p, "optimizer counters", parseOptCounts)
 }
 
 // parseOptCounts reads the optimizer counters from a Prometheus text
