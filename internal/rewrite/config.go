@@ -51,8 +51,9 @@ type Config struct {
 	// radio round trip than TCP alone, on a connection the page cannot
 	// have open yet (connections are partitioned by top-level site). The
 	// rest (images, fonts, async scripts, what the stylesheets name) goes
-	// to Origins. No effect without https Origins. Set by pepd from
-	// https.render_blocking, not read from YAML.
+	// to Origins. pepd sets it only when Origins are its https shards
+	// (httpproxy.HTTPS.PlainBlocking, https.render_blocking), not from
+	// YAML.
 	PlainBlocking bool `yaml:"-"`
 }
 
