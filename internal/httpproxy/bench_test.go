@@ -504,12 +504,8 @@ func BenchmarkH2CPU(b *testing.B) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	pages := map[string]page{"img.cdn.test/logo.png": {ctype: "image/png", body: strings.Repeat("x", 10<<10),
 		header: map[string]string{"Content-Length": strconv.Itoa(10 << 10)}}}
-	ns := startDNS(b, siteRecords)
-	o := startOrigin(b, originIP, pages)
+	ns, o, sq := siteStack(b, pages)
 	port := o.Addr.Port()
-	sc := siteSquidConf(b, ns, siteRecords, port)
-	sc.ProxyProtocol = true
-	sq := startSquid(b, sc)
 	// pepd logs errors only: debug lines per request would be measured,
 	// and the warnings of requests h2load cancels when a phase ends
 	// ("context canceled") would take the lines a benchmark may print.

@@ -401,6 +401,19 @@ func (p *pepd) raw(t testing.TB, src, req string) (*http.Response, string) {
 // siteSquidConf is the Squid config most tests run: subscribers on
 // 127.0.0.0/8, the origin's address and ports 80 and port allowed, the
 // test DNS server as resolver (or, when it is not on port 53, where Squid
+
+// siteStack starts the stack most pepd tests put pepd in front of: DNS
+// with siteRecords, an origin at originIP with pages, and the site Squid
+// (siteSquidConf) speaking the PROXY protocol to pepd.
+func siteStack(t testing.TB, pages map[string]page) (*dnsServer, *origin, *squid) {
+	t.Helper()
+	ns := startDNS(t, siteRecords)
+	o := startOrigin(t, originIP, pages)
+	sc := siteSquidConf(t, ns, siteRecords, o.Addr.Port())
+	sc.ProxyProtocol = true
+	return ns, o, startSquid(t, sc)
+}
+
 // cannot reach it, a hosts file of records).
 func siteSquidConf(t testing.TB, ns *dnsServer, records map[string]string, port uint16) pepsquid.Conf {
 	t.Helper()

@@ -57,12 +57,8 @@ var hintPages = map[string]page{
 // subscriber), on the relay or the standard library path.
 func hintsWorld(t *testing.T, md mode.Mode, stdlib bool) (*pepd, *squid, *origin, *Hints) {
 	t.Helper()
-	ns := startDNS(t, siteRecords)
-	o := startOrigin(t, originIP, hintPages)
+	ns, o, sq := siteStack(t, hintPages)
 	port := o.Addr.Port()
-	sc := siteSquidConf(t, ns, siteRecords, port)
-	sc.ProxyProtocol = true
-	sq := startSquid(t, sc)
 	l := hints.New(hints.Options{LoadWindow: time.Second})
 	sw := hints.NewSwitch(true)
 	m, err := hints.Register(prometheus.NewRegistry(), l, sw)
@@ -245,12 +241,8 @@ func TestHintsFetchAhead(t *testing.T) {
 // gets three Link fields and the learner records each response. Reported
 // as cpu-µs/load beside ns/op; run with -benchtime=300x.
 func BenchmarkHintsCPU(b *testing.B) {
-	ns := startDNS(b, siteRecords)
-	o := startOrigin(b, originIP, hintPages)
+	ns, o, sq := siteStack(b, hintPages)
 	port := o.Addr.Port()
-	sc := siteSquidConf(b, ns, siteRecords, port)
-	sc.ProxyProtocol = true
-	sq := startSquid(b, sc)
 	l := hints.New(hints.Options{})
 	sw := hints.NewSwitch(false)
 	h := &Hints{Learner: l, Switch: sw}
@@ -326,12 +318,8 @@ func TestEarlyHintsHTTP2(t *testing.T) {
 				<-*c
 			}
 		}}
-	ns := startDNS(t, siteRecords)
-	o := startOrigin(t, originIP, pages)
+	ns, o, sq := siteStack(t, pages)
 	port := o.Addr.Port()
-	sc := siteSquidConf(t, ns, siteRecords, port)
-	sc.ProxyProtocol = true
-	sq := startSquid(t, sc)
 	vipOrigin := "https://" + testVIP.String()
 	l := hints.New(hints.Options{LoadWindow: time.Second, Origins: []string{vipOrigin}})
 	sw := hints.NewSwitch(true)
@@ -457,12 +445,8 @@ func BenchmarkHTMLHints(b *testing.B) {
 	body.WriteString("</body></html>\n")
 	pages := map[string]page{"www.site.test/bench.html": {ctype: "text/html; charset=utf-8", body: body.String(),
 		header: map[string]string{"Cache-Control": "max-age=3600"}}}
-	ns := startDNS(b, siteRecords)
-	o := startOrigin(b, originIP, pages)
+	ns, o, sq := siteStack(b, pages)
 	port := o.Addr.Port()
-	sc := siteSquidConf(b, ns, siteRecords, port)
-	sc.ProxyProtocol = true
-	sq := startSquid(b, sc)
 	l := hints.New(hints.Options{})
 	sw := hints.NewSwitch(false)
 	p := startPepd(b, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,

@@ -94,12 +94,8 @@ func tlsWorld(t *testing.T, origins []string, lim Limits) (*pepd, *squid, *origi
 
 // tlsWorldOpts is tlsWorld with pepd's maxUpstream from extra.
 func tlsWorldOpts(t *testing.T, origins []string, lim Limits, extra pepdOpts) (*pepd, *squid, *origin) {
-	ns := startDNS(t, siteRecords)
-	o := startOrigin(t, originIP, sitePages)
+	ns, o, sq := siteStack(t, sitePages)
 	port := o.Addr.Port()
-	sc := siteSquidConf(t, ns, siteRecords, port)
-	sc.ProxyProtocol = true
-	sq := startSquid(t, sc)
 	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port},
 		origins: origins, vipNames: []string{"vip.test"}, limits: lim, maxUpstream: extra.maxUpstream})
