@@ -154,17 +154,17 @@ const DefaultAVIFQueue = 32
 // per object and variant, and later requests are Squid hits. It serves
 // absolute-form requests only (from Squid).
 type Server struct {
-	o      Options
-	rp     *httputil.ReverseProxy
-	slots  chan struct{} // one per running transform
-	queued chan struct{} // one per waiting transform
+	o  Options
+	rp *httputil.ReverseProxy
+	// webp bounds the WebP (and gzip) transforms: Options.Workers and
+	// Queue.
+	webp workPool
 	// queuedBytes are the body bytes of the transforms waiting or running
 	// (Options.QueueBytes).
 	queuedBytes atomic.Int64
 	flight      singleflight.Group
-	// avifSlots and avifQueued are AVIFOptions.Workers and Queue.
-	avifSlots  chan struct{}
-	avifQueued chan struct{}
+	// avif bounds the AVIF searches: AVIFOptions.Workers and Queue.
+	avif workPool
 	// results are finished transforms for the next miss of their object.
 	results *results
 }
@@ -213,8 +213,8 @@ func New(o Options) (*Server, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, slots: make(chan struct{}, o.Workers), queued: make(chan struct{}, o.Queue), results: newResults(o.ResultBytes),
-		avifSlots: make(chan struct{}, o.AVIF.Workers), avifQueued: make(chan struct{}, o.AVIF.Queue)}
+	s := &Server{o: o, webp: newWorkPool(o.Workers, o.Queue, o.Metrics.queueDepth), results: newResults(o.ResultBytes),
+		avif: newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.Metrics.avifQueueDepth)}
 	tr := &http.Transport{
 		DialContext:           s.dial,
 		MaxIdleConnsPerHost:   8,
@@ -471,6 +471,35 @@ func (s *Server) modify(resp *http.Response) error {
 // now still keep their results when they finish.
 func (s *Server) ResetResults() { s.results.reset() }
 
+// workPool bounds work: at most cap(slots) run at once and cap(queued)
+// wait for a slot.
+type workPool struct {
+	slots  chan struct{} // one per running job
+	queued chan struct{} // one per waiting job
+	depth  func(d float64)
+}
+
+// newWorkPool returns a pool of workers slots and queue waiting places;
+// depth moves the queue-depth gauge.
+func newWorkPool(workers, queue int, depth func(float64)) workPool {
+	return workPool{slots: make(chan struct{}, workers), queued: make(chan struct{}, queue), depth: depth}
+}
+
+// acquire takes a waiting place, or returns false at once when the
+// queue is full, then waits for a slot; release frees the slot.
+func (p workPool) acquire() (release func(), ok bool) {
+	select {
+	case p.queued <- struct{}{}:
+	default:
+		return nil, false
+	}
+	p.depth(1)
+	p.slots <- struct{}{}
+	<-p.queued
+	p.depth(-1)
+	return func() { <-p.slots }, true
+}
+
 // transformResult is what one (shared) transform returns.
 type transformResult struct {
 	out   []byte
@@ -510,16 +539,11 @@ func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, cty
 				return transformResult{skip: SkipOverload}, nil
 			}
 			defer s.queuedBytes.Add(-n)
-			select {
-			case s.queued <- struct{}{}:
-			default:
+			release, ok := s.webp.acquire()
+			if !ok {
 				return transformResult{skip: SkipOverload}, nil
 			}
-			s.o.Metrics.queueDepth(1)
-			s.slots <- struct{}{}
-			<-s.queued
-			s.o.Metrics.queueDepth(-1)
-			defer func() { <-s.slots }()
+			defer release()
 			start := time.Now()
 			var r transformResult
 			if kind == "image" {
@@ -605,16 +629,11 @@ func (s *Server) avifFor(sum [32]byte, body []byte, webp transformResult) <-chan
 		if r, ok := s.results.get(key); ok {
 			return r, nil
 		}
-		select {
-		case s.avifQueued <- struct{}{}:
-		default:
+		release, ok := s.avif.acquire()
+		if !ok {
 			return transformResult{skip: skipAVIFOverload}, nil
 		}
-		s.o.Metrics.avifQueueDepth(1)
-		s.avifSlots <- struct{}{}
-		<-s.avifQueued
-		s.o.Metrics.avifQueueDepth(-1)
-		defer func() { <-s.avifSlots }()
+		defer release()
 		start := time.Now()
 		res := AVIF(body, s.o.Image, ImageResult{Body: webp.out, ContentType: webp.ctype, Skip: webp.skip})
 		s.o.Metrics.done("avif", time.Since(start))
