@@ -56,6 +56,12 @@ type Config struct {
 	// and not stored, and the transform finishes for the next miss.
 	// Default DefaultDeadline (100ms).
 	Deadline time.Duration `yaml:"deadline"`
+	// DeferEarly serves a response untransformed at once, without waiting
+	// for the deadline, when the work queued ahead of its transform
+	// predicts that it would finish after the deadline (reason "backlog");
+	// the transform is queued for the next miss. Default true; false waits
+	// the whole deadline as before (Options.DeferLate).
+	DeferEarly bool `yaml:"defer_early"`
 	// ResultBytes bounds the finished transforms pepd keeps for the next
 	// miss of their object. Default DefaultResultBytes (64MiB).
 	ResultBytes field.ByteSize `yaml:"result_bytes"`
@@ -81,7 +87,7 @@ func DefaultConfig() Config {
 	im := DefaultImageOptions()
 	return Config{Listen: "127.0.0.1:3131", SSIMTarget: im.Target, SSIMTileFloor: im.TileFloor, Quality: im.Quality,
 		MaxPixels: im.MaxPixels, MinSaving: im.MinSaving, MaxBodyBytes: 8 << 20, QueueBytes: DefaultQueueBytes, Deadline: DefaultDeadline,
-		ResultBytes: DefaultResultBytes}
+		DeferEarly: true, ResultBytes: DefaultResultBytes}
 }
 
 // Validate returns the first invalid field as a *field.Error whose path
@@ -122,7 +128,7 @@ func (c Config) Options() Options {
 		Image: ImageOptions{Target: c.SSIMTarget, TileFloor: c.SSIMTileFloor, Quality: c.Quality,
 			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
 		MaxBodyBytes: int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline,
-		ResultBytes: int64(c.ResultBytes),
-		AVIF:        AVIFOptions{Enabled: c.AVIF, Workers: c.AVIFWorkers, Queue: c.AVIFQueue},
+		DeferLate: !c.DeferEarly, ResultBytes: int64(c.ResultBytes),
+		AVIF: AVIFOptions{Enabled: c.AVIF, Workers: c.AVIFWorkers, Queue: c.AVIFQueue},
 	}
 }

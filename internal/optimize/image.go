@@ -106,6 +106,7 @@ const (
 	SkipTooLarge    = "body too large"   // over optimize.max_body_bytes: not buffered
 	SkipOverload    = "overload"         // the transform queue was full
 	SkipDeferred    = "deferred"         // not finished within optimize.deadline: served untransformed, finished for the next miss
+	SkipBacklog     = "backlog"          // predicted to finish after optimize.deadline (the work queued ahead): served untransformed at once, queued for the next miss
 	SkipNoTransform = "no-transform"     // Cache-Control: no-transform (request or response)
 	SkipRange       = "range"            // a Range request or a Content-Range response
 	SkipEncoded     = "encoded"          // the origin's own Content-Encoding (left alone)

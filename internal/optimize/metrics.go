@@ -19,6 +19,7 @@ type Metrics struct {
 	reuse      *prometheus.CounterVec // transform
 	avifs      *prometheus.CounterVec // outcome
 	avifDepth  prometheus.Gauge
+	backlog    prometheus.Gauge
 }
 
 // NewMetrics registers the optimizer's series with reg:
@@ -32,6 +33,7 @@ type Metrics struct {
 //	pep_optimize_results_reused_total{transform}         misses answered from a finished transform (deferred before), no transform run
 //	pep_optimize_avif_total{outcome}                     image requests that accept AVIF, by outcome (AVIFServed, AVIFLarger, AVIFPending, AVIFOverload)
 //	pep_optimize_avif_queue_depth                        AVIF searches waiting for an AVIF worker
+//	pep_optimize_backlog_seconds                         estimated work of the WebP and gzip transforms waiting and running, seconds (what SkipBacklog predicts from)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "bytes_total",
@@ -53,8 +55,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Image requests accepting AVIF whose WebP outcome was known, by outcome: served (AVIF smaller), larger (WebP or original kept), pending (AVIF encoding: served unstored), overload (AVIF queue full)."}, []string{"outcome"}),
 		avifDepth: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "avif_queue_depth",
 			Help: "AVIF searches waiting for an AVIF worker."}),
+		backlog: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "backlog_seconds",
+			Help: "Estimated work of the WebP and gzip transforms waiting and running (wall time per pixel or byte of recent transforms), seconds."}),
 	}
-	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth} {
+	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -83,6 +87,12 @@ func (m *Metrics) queueDepth(d float64) {
 func (m *Metrics) avif(outcome string) {
 	if m != nil {
 		m.avifs.WithLabelValues(outcome).Inc()
+	}
+}
+
+func (m *Metrics) backlogSeconds(s float64) {
+	if m != nil {
+		m.backlog.Set(s)
 	}
 }
 

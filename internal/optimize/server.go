@@ -94,6 +94,14 @@ type Options struct {
 	// DeferredHeader) and the transform finishes behind it: a transform
 	// never delays a response by more than Deadline.
 	Deadline time.Duration
+	// DeferLate turns the backlog's prediction off: every response waits
+	// up to Deadline for its transform, as before session 14. By default
+	// (false) a response whose transform the backlog predicts to finish
+	// after Deadline (the work queued ahead shared by the workers, plus its
+	// own, from the wall time per pixel of the format's recent transforms)
+	// is served untransformed at once (SkipBacklog), and its transform is
+	// queued for the next miss as a deferred one is.
+	DeferLate bool
 	// ResultBytes bounds the finished transforms kept for the next miss of
 	// their object, in bytes (zero: DefaultResultBytes).
 	ResultBytes int64
@@ -167,6 +175,8 @@ type Server struct {
 	avif workPool
 	// results are finished transforms for the next miss of their object.
 	results *results
+	// backlog predicts when a WebP or gzip transform queued now finishes.
+	backlog *backlog
 }
 
 // New returns a Server for o.
@@ -214,7 +224,7 @@ func New(o Options) (*Server, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{o: o, webp: newWorkPool(o.Workers, o.Queue, o.Metrics.queueDepth), results: newResults(o.ResultBytes),
-		avif: newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.Metrics.avifQueueDepth)}
+		avif: newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.Metrics.avifQueueDepth), backlog: newBacklog(o.Workers, o.Metrics.backlogSeconds)}
 	tr := &http.Transport{
 		DialContext:           s.dial,
 		MaxIdleConnsPerHost:   8,
@@ -438,7 +448,7 @@ func (s *Server) modify(resp *http.Response) error {
 	}
 	if skip != "" {
 		s.o.Metrics.skip(skip)
-		if skip == SkipDeferred {
+		if skip == SkipDeferred || skip == SkipBacklog {
 			resp.Header.Set(DeferredHeader, t)
 		}
 		return nil
@@ -511,7 +521,10 @@ type transformResult struct {
 // from an earlier run (results). It waits at most Options.Deadline, for a
 // worker and the transform together; past it, it returns SkipDeferred
 // and the transform goes on behind the response, its result kept for the
-// next miss of the same bytes. Identical concurrent bodies are
+// next miss of the same bytes. When the backlog predicts that the
+// transform would finish after the deadline (Options.DeferLate unset),
+// it returns SkipBacklog at once and the transform is queued all the
+// same. Identical concurrent bodies are
 // transformed once (singleflight on their SHA-256). A full queue returns
 // SkipOverload at once, and nothing runs.
 //
@@ -532,6 +545,13 @@ func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, cty
 	if ok {
 		s.o.Metrics.reused(t)
 	} else {
+		format, units, sized := size(kind, body)
+		var work time.Duration
+		known := false
+		if sized {
+			work, known = s.backlog.estimate(format, units)
+		}
+		late := !s.o.DeferLate && known && s.backlog.finish(work) > s.o.Deadline
 		ch := s.flight.DoChan(key, func() (any, error) {
 			n := int64(len(body))
 			if s.queuedBytes.Add(n) > s.o.QueueBytes {
@@ -539,6 +559,8 @@ func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, cty
 				return transformResult{skip: SkipOverload}, nil
 			}
 			defer s.queuedBytes.Add(-n)
+			s.backlog.add(work)
+			defer s.backlog.add(-work)
 			release, ok := s.webp.acquire()
 			if !ok {
 				return transformResult{skip: SkipOverload}, nil
@@ -552,21 +574,31 @@ func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, cty
 			} else {
 				r.out, r.skip = Gzip(body, s.o.Image.MinSaving)
 			}
-			s.o.Metrics.done(t, time.Since(start))
+			took := time.Since(start)
+			s.o.Metrics.done(t, took)
+			if sized {
+				s.backlog.learn(format, units, took)
+			}
 			s.results.put(key, r)
 			if avif && r.skip != SkipOverload {
 				s.avifFor(sum, body, r) // for the next miss, if this one cannot wait
 			}
 			return r, nil
 		})
-		timer := time.NewTimer(time.Until(deadline))
-		select {
-		case res := <-ch:
-			r = res.Val.(transformResult)
-		case <-timer.C:
-			r = transformResult{skip: SkipDeferred}
+		if late {
+			// Waiting would end at the deadline with nothing: serve now,
+			// the transform goes on for the next miss.
+			r = transformResult{skip: SkipBacklog}
+		} else {
+			timer := time.NewTimer(time.Until(deadline))
+			select {
+			case res := <-ch:
+				r = res.Val.(transformResult)
+			case <-timer.C:
+				r = transformResult{skip: SkipDeferred}
+			}
+			timer.Stop()
 		}
-		timer.Stop()
 	}
 	if avif && (r.skip == "" || r.skip == SkipNotSmaller) {
 		a, done := s.avifResult(sum, body, r, deadline)

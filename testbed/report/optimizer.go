@@ -64,6 +64,7 @@ func writeOptimizer(b *bytes.Buffer, v View, r *Results) {
 	b.WriteString("pep_optimize_transforms_total and pep_optimize_skipped_total{reason}, read before and after each load, " +
 		"summed over the mode's loads: transformed bodies served to Squid (images and text, fresh or reused) " +
 		"and responses passed untransformed by reason. deferred: the transform missed optimize.deadline and went on for the next miss; " +
+		"backlog: the work queued ahead predicted it past the deadline, so the response did not wait (optimize.defer_early), and it was queued for the next miss; " +
 		"overload: the transform queue was full and nothing ran.\n\n")
 	fmt.Fprintf(b, "| mode | loads | transformed | %s |\n", strings.Join(cols, " | "))
 	fmt.Fprintf(b, "|---|---:|---:|%s\n", strings.Repeat("---:|", len(cols)))

@@ -1,0 +1,167 @@
+package optimize
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"pep/internal/testenv"
+)
+
+// thumbs returns the cnn page's five 140x79 JPEG thumbnails (the default
+// corpus): distinct real bodies of one format, to teach the backlog.
+func thumbs(t *testing.T) map[string][]byte {
+	t.Helper()
+	dir := "../../testbed/corpus/default/site/cnn/i.cnn.net/cnn/2004/TECH/space/05/17"
+	out := map[string][]byte{}
+	for _, n := range []string{"t1.deep.field.jpg", "t1.galaxies.jpg", "t1.helmet.jpg", "t1.liftoff.jpg", "t1.shuttle.jpg"} {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["/"+n] = b
+	}
+	return out
+}
+
+// TestSize: the units a transform's work is estimated in, from the
+// header alone: pixels for JPEG, PNG and GIF, bytes for text; a header Go
+// cannot read gives none.
+func TestSize(t *testing.T) {
+	for _, c := range []struct {
+		kind, file, format string
+		units              int64
+	}{
+		{"image", "photo.jpg", "jpeg", 451 * 300},
+		{"image", "palette.png", "png", 0},
+		{"image", "animated.gif", "gif", 0},
+		{"image", "corrupt.jpg", "jpeg", 451 * 300}, // truncated after a whole header: sized
+	} {
+		body := readTestdata(t, c.file)
+		format, units, ok := size(c.kind, body)
+		if c.format == "" {
+			if ok {
+				t.Errorf("%s: %s %d, want no size", c.file, format, units)
+			}
+			continue
+		}
+		if !ok || format != c.format || units <= 0 || c.units > 0 && units != c.units {
+			t.Errorf("%s: %q %d %v, want %q %d pixels", c.file, format, units, ok, c.format, c.units)
+		}
+	}
+	if f, u, ok := size("image", []byte("GIF89a")); ok {
+		t.Errorf("a GIF signature without a header: %q %d, want no size", f, u)
+	}
+	if f, u, ok := size("text", []byte("body { color: red }")); !ok || f != "text" || u != 19 {
+		t.Errorf("text: %q %d %v, want text 19", f, u, ok)
+	}
+}
+
+// TestServerBacklog: a response whose transform the backlog predicts to
+// finish after the deadline is served at once, untransformed and marked
+// Pep-Deferred, and its transform still runs for the next miss; with
+// DeferLate the same response waits the whole deadline. The cost per
+// pixel is learned from real transforms first (the estimate is known
+// only after minSamples of them).
+func TestServerBacklog(t *testing.T) {
+	photo := readTestdata(t, "photo.jpg")
+	bodies := thumbs(t)
+	handlers := map[string]http.HandlerFunc{"/photo.jpg": serveBytes(TypeJPEG, photo)}
+	for p, b := range bodies {
+		handlers[p] = serveBytes(TypeJPEG, b)
+	}
+
+	t.Run("learned", func(t *testing.T) {
+		w := startServerWorld(t, Options{Workers: 1, Deadline: testenv.Scale(time.Minute)}, handlers)
+		n := 0
+		for p := range bodies {
+			if _, known := w.s.backlog.estimate("jpeg", 451*300); known != (n >= minSamples) {
+				t.Fatalf("after %d transforms: known %v", n, known)
+			}
+			if resp, _, err := w.get(t, p); err != nil || resp.Header.Get("Content-Type") != TypeWebP {
+				t.Fatalf("%s: %v %v, want WebP", p, resp, err)
+			}
+			n++
+		}
+		work, known := w.s.backlog.estimate("jpeg", 451*300)
+		if !known || work <= 0 {
+			t.Fatalf("after %d JPEG transforms: estimate %v known %v, want a positive estimate", n, work, known)
+		}
+		// Every transform has ended: nothing is predicted ahead.
+		if q := testutil.ToFloat64(w.m.backlog); q > 1e-6 || q < -1e-6 {
+			t.Errorf("backlog_seconds = %v after every transform ended, want 0", q)
+		}
+		if got := w.skipped(SkipBacklog); got != 0 {
+			t.Errorf("skipped{backlog} = %v on an idle optimizer, want 0", got)
+		}
+	})
+
+	// teach makes the backlog's JPEG cost 1 s per pixel: every JPEG is
+	// predicted far past any deadline, whatever this machine's speed.
+	teach := func(w *serverWorld) {
+		for range minSamples {
+			w.s.backlog.learn("jpeg", 1, time.Second)
+		}
+	}
+
+	t.Run("predicted late", func(t *testing.T) {
+		deadline := testenv.Scale(10 * time.Second)
+		w := startServerWorld(t, Options{Workers: 1, Deadline: deadline}, handlers)
+		teach(w)
+		w.s.webp.slots <- struct{}{} // the one worker busy
+		start := time.Now()
+		resp, b, err := w.get(t, "/photo.jpg")
+		took := time.Since(start)
+		if err != nil || resp.Header.Get("Content-Type") != TypeJPEG || !bytes.Equal(b, photo) || resp.Header.Get(DeferredHeader) != "webp" {
+			<-w.s.webp.slots
+			t.Fatalf("%v %v: %q %s=%q, want the origin's JPEG marked deferred", resp, err, resp.Header.Get("Content-Type"), DeferredHeader, resp.Header.Get(DeferredHeader))
+		}
+		if took >= deadline {
+			t.Errorf("served after %v, want at once (deadline %v)", took, deadline)
+		}
+		if got, late := w.skipped(SkipBacklog), w.skipped(SkipDeferred); got != 1 || late != 0 {
+			t.Errorf("skipped{backlog} = %v, {deferred} = %v; want 1, 0", got, late)
+		}
+		// The transform was queued all the same: once the worker is free
+		// it runs, and the next miss gets its WebP without a transform.
+		<-w.s.webp.slots
+		sum := sha256.Sum256(photo)
+		for end := time.Now().Add(testenv.Scale(20 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
+			if _, ok := w.s.results.get("webp" + string(sum[:])); ok {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatal("the deferred transform's result was never kept")
+			}
+		}
+		if resp, _, err := w.get(t, "/photo.jpg"); err != nil || resp.Header.Get("Content-Type") != TypeWebP {
+			t.Errorf("next miss: %v %v, want the WebP", resp, err)
+		}
+	})
+
+	t.Run("defer late", func(t *testing.T) {
+		deadline := testenv.Scale(time.Second)
+		w := startServerWorld(t, Options{Workers: 1, Deadline: deadline, DeferLate: true}, handlers)
+		teach(w)
+		w.s.webp.slots <- struct{}{}
+		start := time.Now()
+		resp, _, err := w.get(t, "/photo.jpg")
+		took := time.Since(start)
+		<-w.s.webp.slots
+		if err != nil || resp.Header.Get("Content-Type") != TypeJPEG || resp.Header.Get(DeferredHeader) != "webp" {
+			t.Fatalf("%v %v, want the origin's JPEG marked deferred", resp, err)
+		}
+		if took < deadline {
+			t.Errorf("served after %v, want the whole deadline %v", took, deadline)
+		}
+		if got, late := w.skipped(SkipBacklog), w.skipped(SkipDeferred); got != 0 || late != 1 {
+			t.Errorf("skipped{backlog} = %v, {deferred} = %v; want 0, 1", got, late)
+		}
+	})
+}
