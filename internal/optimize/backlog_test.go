@@ -81,7 +81,7 @@ func TestServerBacklog(t *testing.T) {
 		w := startServerWorld(t, Options{Workers: 1, Deadline: testenv.Scale(time.Minute)}, handlers)
 		n := 0
 		for p := range bodies {
-			if _, known := w.s.backlog.estimate("jpeg", 451*300); known != (n >= minSamples) {
+			if _, known := w.s.webp.backlog.estimate("jpeg", 451*300); known != (n >= minSamples) {
 				t.Fatalf("after %d transforms: known %v", n, known)
 			}
 			if resp, _, err := w.get(t, p); err != nil || resp.Header.Get("Content-Type") != TypeWebP {
@@ -89,12 +89,12 @@ func TestServerBacklog(t *testing.T) {
 			}
 			n++
 		}
-		work, known := w.s.backlog.estimate("jpeg", 451*300)
+		work, known := w.s.webp.backlog.estimate("jpeg", 451*300)
 		if !known || work <= 0 {
 			t.Fatalf("after %d JPEG transforms: estimate %v known %v, want a positive estimate", n, work, known)
 		}
 		// Every transform has ended: nothing is predicted ahead.
-		if q := testutil.ToFloat64(w.m.backlog); q > 1e-6 || q < -1e-6 {
+		if q := testutil.ToFloat64(w.m.backlog.WithLabelValues("webp")); q > 1e-6 || q < -1e-6 {
 			t.Errorf("backlog_seconds = %v after every transform ended, want 0", q)
 		}
 		if got := w.skipped(SkipBacklog); got != 0 {
@@ -106,7 +106,7 @@ func TestServerBacklog(t *testing.T) {
 	// predicted far past any deadline, whatever this machine's speed.
 	teach := func(w *serverWorld) {
 		for range minSamples {
-			w.s.backlog.learn("jpeg", 1, time.Second)
+			w.s.webp.backlog.learn("jpeg", 1, time.Second)
 		}
 	}
 
@@ -164,4 +164,21 @@ func TestServerBacklog(t *testing.T) {
 			t.Errorf("skipped{backlog} = %v, {deferred} = %v; want 0, 1", got, late)
 		}
 	})
+}
+
+// TestServerTextBesideImages: a stylesheet's gzip does not wait behind the
+// image transcodes: with every WebP worker busy it is still gzipped within
+// the deadline (sharing the images' pool, it would wait the whole minute
+// and come back deferred).
+func TestServerTextBesideImages(t *testing.T) {
+	css := bytes.Repeat([]byte("body { margin: 0; padding: 0; color: #333 }\n"), 200)
+	w := startServerWorld(t, Options{Workers: 1, Deadline: testenv.Scale(time.Minute)},
+		map[string]http.HandlerFunc{"/site.css": serveBytes("text/css", css)})
+	w.s.webp.slots <- struct{}{} // the one WebP worker busy
+	defer func() { <-w.s.webp.slots }()
+	resp, b, err := w.get(t, "/site.css")
+	if err != nil || resp.Header.Get("Content-Encoding") != "gzip" || len(b) >= len(css) || resp.Header.Get(DeferredHeader) != "" {
+		t.Fatalf("%v %v: Content-Encoding %q, %d of %d bytes, %s %q; want it gzipped at once",
+			resp, err, resp.Header.Get("Content-Encoding"), len(b), len(css), DeferredHeader, resp.Header.Get(DeferredHeader))
+	}
 }

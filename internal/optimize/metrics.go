@@ -19,7 +19,7 @@ type Metrics struct {
 	reuse      *prometheus.CounterVec // transform
 	avifs      *prometheus.CounterVec // outcome
 	avifDepth  prometheus.Gauge
-	backlog    prometheus.Gauge
+	backlog    *prometheus.GaugeVec // transform
 }
 
 // NewMetrics registers the optimizer's series with reg:
@@ -33,7 +33,7 @@ type Metrics struct {
 //	pep_optimize_results_reused_total{transform}         misses answered from a finished transform (deferred before), no transform run
 //	pep_optimize_avif_total{outcome}                     image requests that accept AVIF, by outcome (AVIFServed, AVIFLarger, AVIFPending, AVIFOverload)
 //	pep_optimize_avif_queue_depth                        AVIF searches waiting for an AVIF worker
-//	pep_optimize_backlog_seconds                         estimated work of the WebP and gzip transforms waiting and running, seconds (what SkipBacklog predicts from)
+//	pep_optimize_backlog_seconds{transform}              estimated work of the WebP (webp) or gzip transforms waiting and running, seconds (what SkipBacklog predicts from)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "bytes_total",
@@ -55,8 +55,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Image requests accepting AVIF whose WebP outcome was known, by outcome: served (AVIF smaller), larger (WebP or original kept), pending (AVIF encoding: served unstored), overload (AVIF queue full)."}, []string{"outcome"}),
 		avifDepth: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "avif_queue_depth",
 			Help: "AVIF searches waiting for an AVIF worker."}),
-		backlog: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "backlog_seconds",
-			Help: "Estimated work of the WebP and gzip transforms waiting and running (wall time per pixel or byte of recent transforms), seconds."}),
+		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "backlog_seconds",
+			Help: "Estimated work of the transforms waiting and running (wall time per pixel or byte of recent transforms), seconds, by transform (webp, gzip)."}, []string{"transform"}),
 	}
 	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog} {
 		if err := reg.Register(c); err != nil {
@@ -90,9 +90,12 @@ func (m *Metrics) avif(outcome string) {
 	}
 }
 
-func (m *Metrics) backlogSeconds(s float64) {
-	if m != nil {
-		m.backlog.Set(s)
+// backlogSeconds returns the setter of transform's backlog gauge.
+func (m *Metrics) backlogSeconds(transform string) func(float64) {
+	return func(s float64) {
+		if m != nil {
+			m.backlog.WithLabelValues(transform).Set(s)
+		}
 	}
 }
 

@@ -164,9 +164,10 @@ const DefaultAVIFQueue = 32
 type Server struct {
 	o  Options
 	rp *httputil.ReverseProxy
-	// webp bounds the WebP (and gzip) transforms: Options.Workers and
-	// Queue.
-	webp workPool
+	// webp bounds the WebP transforms and text the gzip ones, each to
+	// Options.Workers running and Queue waiting: a stylesheet's gzip (about
+	// a millisecond) never waits behind a page's image transcodes.
+	webp, text workPool
 	// queuedBytes are the body bytes of the transforms waiting or running
 	// (Options.QueueBytes).
 	queuedBytes atomic.Int64
@@ -175,8 +176,6 @@ type Server struct {
 	avif workPool
 	// results are finished transforms for the next miss of their object.
 	results *results
-	// backlog predicts when a WebP or gzip transform queued now finishes.
-	backlog *backlog
 }
 
 // New returns a Server for o.
@@ -223,8 +222,10 @@ func New(o Options) (*Server, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, webp: newWorkPool(o.Workers, o.Queue, o.Metrics.queueDepth), results: newResults(o.ResultBytes),
-		avif: newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.Metrics.avifQueueDepth), backlog: newBacklog(o.Workers, o.Metrics.backlogSeconds)}
+	s := &Server{o: o, results: newResults(o.ResultBytes),
+		webp: newWorkPool(o.Workers, o.Queue, o.Metrics.queueDepth, newBacklog(o.Workers, o.Metrics.backlogSeconds("webp"))),
+		text: newWorkPool(o.Workers, o.Queue, o.Metrics.queueDepth, newBacklog(o.Workers, o.Metrics.backlogSeconds("gzip"))),
+		avif: newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.Metrics.avifQueueDepth, nil)}
 	tr := &http.Transport{
 		DialContext:           s.dial,
 		MaxIdleConnsPerHost:   8,
@@ -482,17 +483,19 @@ func (s *Server) modify(resp *http.Response) error {
 func (s *Server) ResetResults() { s.results.reset() }
 
 // workPool bounds work: at most cap(slots) run at once and cap(queued)
-// wait for a slot.
+// wait for a slot. backlog, when set, predicts when a job queued now
+// would finish (the WebP and gzip pools).
 type workPool struct {
-	slots  chan struct{} // one per running job
-	queued chan struct{} // one per waiting job
-	depth  func(d float64)
+	slots   chan struct{} // one per running job
+	queued  chan struct{} // one per waiting job
+	depth   func(d float64)
+	backlog *backlog
 }
 
 // newWorkPool returns a pool of workers slots and queue waiting places;
 // depth moves the queue-depth gauge.
-func newWorkPool(workers, queue int, depth func(float64)) workPool {
-	return workPool{slots: make(chan struct{}, workers), queued: make(chan struct{}, queue), depth: depth}
+func newWorkPool(workers, queue int, depth func(float64), b *backlog) workPool {
+	return workPool{slots: make(chan struct{}, workers), queued: make(chan struct{}, queue), depth: depth, backlog: b}
 }
 
 // acquire takes a waiting place, or returns false at once when the
@@ -517,8 +520,9 @@ type transformResult struct {
 	skip  string
 }
 
-// transform runs the transform for kind on body, or takes its result
-// from an earlier run (results). It waits at most Options.Deadline, for a
+// transform runs the transform for kind on body (an image in the webp
+// pool, text in the gzip pool), or takes its result from an earlier run
+// (results). It waits at most Options.Deadline, for a
 // worker and the transform together; past it, it returns SkipDeferred
 // and the transform goes on behind the response, its result kept for the
 // next miss of the same bytes. When the backlog predicts that the
@@ -535,9 +539,9 @@ type transformResult struct {
 // finished (the WebP or the original is returned, not to be stored).
 func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, ctype, t, skip string, pending bool) {
 	deadline := time.Now().Add(s.o.Deadline)
-	t = "gzip"
+	t, pool := "gzip", s.text
 	if kind == "image" {
-		t = "webp"
+		t, pool = "webp", s.webp
 	}
 	sum := sha256.Sum256(body)
 	key := t + string(sum[:])
@@ -549,9 +553,9 @@ func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, cty
 		var work time.Duration
 		known := false
 		if sized {
-			work, known = s.backlog.estimate(format, units)
+			work, known = pool.backlog.estimate(format, units)
 		}
-		late := !s.o.DeferLate && known && s.backlog.finish(work) > s.o.Deadline
+		late := !s.o.DeferLate && known && pool.backlog.finish(work) > s.o.Deadline
 		ch := s.flight.DoChan(key, func() (any, error) {
 			n := int64(len(body))
 			if s.queuedBytes.Add(n) > s.o.QueueBytes {
@@ -559,9 +563,9 @@ func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, cty
 				return transformResult{skip: SkipOverload}, nil
 			}
 			defer s.queuedBytes.Add(-n)
-			s.backlog.add(work)
-			defer s.backlog.add(-work)
-			release, ok := s.webp.acquire()
+			pool.backlog.add(work)
+			defer pool.backlog.add(-work)
+			release, ok := pool.acquire()
 			if !ok {
 				return transformResult{skip: SkipOverload}, nil
 			}
@@ -577,7 +581,7 @@ func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, cty
 			took := time.Since(start)
 			s.o.Metrics.done(t, took)
 			if sized {
-				s.backlog.learn(format, units, took)
+				pool.backlog.learn(format, units, took)
 			}
 			s.results.put(key, r)
 			if avif && r.skip != SkipOverload {
