@@ -496,6 +496,10 @@ type Page struct {
 	// Contentful Paint, W3C). Zero when the page has none (no contentful
 	// element) or did not load.
 	TTFB, FCP, LCP time.Duration
+	// LCPURL is the LCP element's resource (the candidate's url: an
+	// image's, a background image's, a video poster's), "" when the
+	// element is text or the page has no LCP.
+	LCPURL string
 	// Bytes is the sum over finished requests of Network.loadingFinished's
 	// encodedDataLength: response bytes as received, headers included.
 	Bytes int64
@@ -688,7 +692,7 @@ func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 		}
 	}
 	if p.Loaded {
-		p.TTFB, p.FCP, p.LCP = paintTimes(pctx)
+		p.TTFB, p.FCP, p.LCP, p.LCPURL = paintTimes(pctx)
 	}
 	n.mu.Lock()
 	out := p
@@ -704,38 +708,42 @@ func (s *Session) Load(ctx context.Context, rawURL string) (Page, error) {
 }
 
 // paintJS starts a buffered observer of largest-contentful-paint entries
-// that leaves the latest candidate's time in window.__pepLCP (-1 until the
+// that leaves the latest candidate's time in window.__pepLCP and its url
+// in window.__pepLCPURL (-1 until the
 // buffered entries arrive, which is a task later).
-const paintJS = `(() => { window.__pepLCP = -1;
-  try { new PerformanceObserver((l) => { let v = 0; for (const x of l.getEntries()) v = Math.max(v, x.renderTime || x.loadTime || x.startTime); window.__pepLCP = v; })
+const paintJS = `(() => { window.__pepLCP = -1; window.__pepLCPURL = '';
+  try { new PerformanceObserver((l) => { let v = 0, u = ''; for (const x of l.getEntries()) { const t = x.renderTime || x.loadTime || x.startTime; if (t >= v) { v = t; u = x.url || ''; } } window.__pepLCP = v; window.__pepLCPURL = u; })
       .observe({type: 'largest-contentful-paint', buffered: true}); } catch (e) { window.__pepLCP = 0; }
   setTimeout(() => { if (window.__pepLCP < 0) window.__pepLCP = 0; }, 500);
   return true; })()`
 
 type paintTiming struct {
-	TTFB float64 `json:"ttfb"`
-	FCP  float64 `json:"fcp"`
-	LCP  float64 `json:"lcp"`
+	TTFB   float64 `json:"ttfb"`
+	FCP    float64 `json:"fcp"`
+	LCP    float64 `json:"lcp"`
+	LCPURL string  `json:"lcpURL"`
 }
 
 const paintReadJS = `(() => { const e = performance.getEntriesByType('navigation')[0];
   const f = performance.getEntriesByName('first-contentful-paint')[0];
-  return {ttfb: e ? e.responseStart : 0, fcp: f ? f.startTime : 0, lcp: window.__pepLCP > 0 ? window.__pepLCP : 0}; })()`
+  return {ttfb: e ? e.responseStart : 0, fcp: f ? f.startTime : 0, lcp: window.__pepLCP > 0 ? window.__pepLCP : 0,
+    lcpURL: window.__pepLCP > 0 ? window.__pepLCPURL : ''}; })()`
 
-// paintTimes reads the document's TTFB, FCP and LCP (Page). Errors leave
-// zeros: the paint metrics never fail a load that loaded.
-func paintTimes(ctx context.Context) (ttfb, fcp, lcp time.Duration) {
+// paintTimes reads the document's TTFB, FCP and LCP, and the LCP
+// element's resource URL (Page). Errors leave zeros: the paint metrics
+// never fail a load that loaded.
+func paintTimes(ctx context.Context) (ttfb, fcp, lcp time.Duration, lcpURL string) {
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](paintJS)); err != nil {
-		return 0, 0, 0
+		return 0, 0, 0, ""
 	}
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`window.__pepLCP >= 0`, chromedp.WithPollingInterval(10*time.Millisecond), chromedp.WithPollingTimeout(2*time.Second))); err != nil {
-		return 0, 0, 0
+		return 0, 0, 0, ""
 	}
 	pt, err := chromedp.Run(ctx, chromedp.Evaluate[paintTiming](paintReadJS))
 	if err != nil {
-		return 0, 0, 0
+		return 0, 0, 0, ""
 	}
-	return msDuration(pt.TTFB), msDuration(pt.FCP), msDuration(pt.LCP)
+	return msDuration(pt.TTFB), msDuration(pt.FCP), msDuration(pt.LCP), pt.LCPURL
 }
 
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }

@@ -1,8 +1,11 @@
 package browser
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"image"
+	"image/png"
 	"log/slog"
 	"net"
 	"net/http"
@@ -60,18 +63,33 @@ func newTestSite(t *testing.T, ln net.Listener) *testSite {
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprint(w, `<!doctype html><html><head><link rel="icon" href="data:,"></head><body><img src="/hang.png"></body></html>`)
 	})
+	// The LCP page: a real 320x200 PNG, larger than its one word of text.
+	var big bytes.Buffer
+	img := image.NewRGBA(image.Rect(0, 0, 320, 200))
+	for i := range img.Pix {
+		img.Pix[i] = byte(i * 7)
+	}
+	png.Encode(&big, img)
+	mux.HandleFunc("/lcp.html", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<!doctype html><html><head><link rel="icon" href="data:,"></head><body><p>hi</p><img src="/big.png"></body></html>`)
+	})
+	mux.HandleFunc("/big.png", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/png")
+		w.Write(big.Bytes())
+	})
 	mux.HandleFunc("/s.css", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/css")
 		fmt.Fprint(w, `p { color: red }`)
 	})
-	png := func(w http.ResponseWriter) {
+	zeros := func(w http.ResponseWriter) {
 		w.Header().Set("Content-Type", "image/png")
 		w.Write(make([]byte, 1000))
 	}
-	mux.HandleFunc("/a.png", func(w http.ResponseWriter, r *http.Request) { png(w) })
+	mux.HandleFunc("/a.png", func(w http.ResponseWriter, r *http.Request) { zeros(w) })
 	mux.HandleFunc("/slow.png", func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(300 * time.Millisecond) // the PLT the test expects to see
-		png(w)
+		zeros(w)
 	})
 	mux.HandleFunc("/hang.png", func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -258,6 +276,20 @@ func TestLoadLocalPage(t *testing.T) {
 	// count above is what says that no connection was opened.
 	if spare := int(connsAfterFirst) - first.Conns; second.Conns > spare || second.ConnsReused < 1 {
 		t.Errorf("second load: browser counted %d new, %d reused connections; want at most %d new (opened during the first load, unused then), at least 1 reused", second.Conns, second.ConnsReused, spare)
+	}
+
+	// The LCP element's resource: none where the text is the largest
+	// paint (page.html's images are 1000 zero bytes and never paint), the
+	// image where it is.
+	if first.LCPURL != "" {
+		t.Errorf("page.html: LCP URL %q, want none (a text element)", first.LCPURL)
+	}
+	lcp, err := s.Load(ctx, "http://"+site.addr+"/lcp.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "http://" + site.addr + "/big.png"; !lcp.Loaded || lcp.LCPURL != want || lcp.LCP <= 0 {
+		t.Errorf("lcp.html: loaded %v, LCP %s, LCP URL %q; want %q", lcp.Loaded, lcp.LCP, lcp.LCPURL, want)
 	}
 
 	s.opts.PageTimeout = 2 * time.Second

@@ -216,6 +216,9 @@ func (h *harLog) build(pi pageInfo, now time.Time) *har.HAR {
 	if pi.p != nil {
 		pg.PageTimings = har.PageTimings{OnContentLoad: mark(pi.p.DCL, loaded), OnLoad: mark(pi.p.PLT, loaded),
 			TTFB: mark(pi.p.TTFB, loaded), FCP: mark(pi.p.FCP, loaded), LCP: mark(pi.p.LCP, loaded)}
+		if loaded {
+			pg.PageTimings.LCPURL = pi.p.LCPURL
+		}
 	}
 	out.Log.Pages = append(out.Log.Pages, pg)
 	nowMono := float64(now.UnixMicro())/1e6 - h.wall0

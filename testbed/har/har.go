@@ -62,13 +62,15 @@ type Page struct {
 // domContentLoadedEventEnd, loadEventEnd), and the custom paint marks: the
 // document's first response byte, first contentful paint (Paint Timing) and
 // largest contentful paint (its last candidate), as the testbed's
-// browser.Page measured them.
+// browser.Page measured them; LCPURL is that candidate's resource URL
+// ("" for a text element or no LCP).
 type PageTimings struct {
 	OnContentLoad float64 `json:"onContentLoad"`
 	OnLoad        float64 `json:"onLoad"`
 	TTFB          float64 `json:"_ttfb"`
 	FCP           float64 `json:"_firstContentfulPaint"`
 	LCP           float64 `json:"_largestContentfulPaint"`
+	LCPURL        string  `json:"_largestContentfulPaintURL,omitempty"`
 }
 
 // Entry is one request: a redirect's every hop is an entry of its own.

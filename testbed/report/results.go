@@ -51,6 +51,9 @@ type Record struct {
 	TTFBms float64 `json:"ttfb_ms,omitempty"` // the document's responseStart
 	FCPms  float64 `json:"fcp_ms,omitempty"`  // first contentful paint
 	LCPms  float64 `json:"lcp_ms,omitempty"`  // largest contentful paint (last candidate)
+	// LCPURL is the LCP element's resource URL (browser.Page.LCPURL): ""
+	// for a text element, no LCP, or results from before it.
+	LCPURL string `json:"lcp_url,omitempty"`
 
 	Bytes      int64 `json:"bytes"`       // response bytes the browser received (encodedDataLength, headers included)
 	Requests   int   `json:"requests"`    // http(s) requests the page made, redirects included

@@ -77,6 +77,14 @@ type Load struct {
 	Critical [NumPhases]float64
 	// CriticalPath is the path's entries, document first.
 	CriticalPath []int
+	// LCP (ms) is set when the LCP element's resource (the HAR page's
+	// LCPURL: an image) is among the entries: LCPCritical splits LCP along
+	// its path as Critical splits PLT (browser time after the resource's
+	// end is its decode and paint), LCPPath is that path, document
+	// first. Zero and empty for a text LCP or an unknown URL.
+	LCP         float64
+	LCPCritical [NumPhases]float64
+	LCPPath     []int
 	// The navigation (Document entries from the first one through its
 	// redirects, and a fallback after a failed hop): Upgraded, the
 	// browser turned the http:// navigation into https:// (an internal
@@ -200,29 +208,53 @@ func Analyze(h *har.HAR, rtt float64) Load {
 			last = i
 		}
 	}
-	c := l.PLT
 	if last >= 0 {
-		l.CriticalPath = pathTo(parent, last)
-		for k := len(l.CriticalPath) - 1; k >= 0; k-- {
-			e := es[l.CriticalPath[k]]
-			if end := e.End(); end < c {
-				l.Critical[PhaseBrowser] += c - end
-				c = end
+		l.Critical, l.CriticalPath = split(es, parent, last, l.PLT)
+	} else {
+		l.Critical[PhaseBrowser] = max(l.PLT, 0)
+	}
+	// The LCP element's path: from its resource (the latest request for
+	// its URL started before LCP) back to the document, up to LCP.
+	if u, lcp := pg.PageTimings.LCPURL, pg.PageTimings.LCP; u != "" && lcp > 0 {
+		for i := len(es) - 1; i >= 0; i-- {
+			if es[i].Request.URL == u && es[i].Start <= lcp {
+				l.LCP = lcp
+				l.LCPCritical, l.LCPPath = split(es, parent, i, lcp)
+				break
 			}
-			for _, s := range segments(e) {
-				lo, hi := s.from, math.Min(s.to, c)
-				if hi > lo {
-					l.Critical[s.phase] += hi - lo
-				}
-			}
-			c = math.Min(c, e.Start)
 		}
 	}
-	l.Critical[PhaseBrowser] += max(c, 0)
 	l.navigation(es, root)
 	// Indexes into the HAR's own entry order (es is a sorted subset).
 	l.Chain, l.CriticalPath = indexesIn(h, es, l.Chain), indexesIn(h, es, l.CriticalPath)
+	l.LCPPath = indexesIn(h, es, l.LCPPath)
 	return l
+}
+
+// split divides the time from 0 to end (ms) along the path from es[last]
+// back through its parents to the document: each request's own phases
+// up to end, browser time between a parent's end and its child's start,
+// before the first request and between the last one's end and end. The
+// phases sum to end. path is the path's indexes into es, document first.
+func split(es []har.Entry, parent []int, last int, end float64) (phases [NumPhases]float64, path []int) {
+	path = pathTo(parent, last)
+	c := end
+	for k := len(path) - 1; k >= 0; k-- {
+		e := es[path[k]]
+		if t := e.End(); t < c {
+			phases[PhaseBrowser] += c - t
+			c = t
+		}
+		for _, s := range segments(e) {
+			lo, hi := s.from, math.Min(s.to, c)
+			if hi > lo {
+				phases[s.phase] += hi - lo
+			}
+		}
+		c = math.Min(c, e.Start)
+	}
+	phases[PhaseBrowser] += max(c, 0)
+	return phases, path
 }
 
 // navigation fills the navigation's fields of l (Load) from es, whose

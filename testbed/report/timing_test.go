@@ -71,6 +71,37 @@ func TestAnalyzeGolden(t *testing.T) {
 	}
 }
 
+// TestAnalyzeLCP: the LCP element's path splits LCP as the critical
+// path splits PLT: the golden page's LCP (810 ms) is bg.png, named by
+// s.css, named by the document.
+func TestAnalyzeLCP(t *testing.T) {
+	h, err := har.Read(filepath.Join("testdata", "golden.har"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := Analyze(h, 100); l.LCP != 0 || len(l.LCPPath) != 0 {
+		t.Errorf("no LCP URL: LCP %v path %v, want none", l.LCP, l.LCPPath)
+	}
+	h.Log.Pages[0].PageTimings.LCPURL = "http://a.test/bg.png"
+	l := Analyze(h, 100)
+	if l.LCP != 810 || !slices.Equal(l.LCPPath, []int{0, 1, 4}) {
+		t.Fatalf("LCP %v path %v, want 810 [0 1 4] (document, s.css, bg.png)", l.LCP, l.LCPPath)
+	}
+	// browser: 10 ms after each of the three ends (bg.png's decode and
+	// paint the last); handshakes: the document's DNS and connect, the
+	// stylesheet's connect; request+wait 100 ms each; transfer 50+40+80.
+	want := [NumPhases]float64{PhaseBrowser: 30, PhaseQueued: 10, PhaseHandshake: 300, PhaseWait: 300, PhaseTransfer: 170}
+	for p := range NumPhases {
+		if math.Abs(l.LCPCritical[p]-want[p]) > 1e-6 {
+			t.Errorf("LCPCritical[%s] = %v, want %v", PhaseNames[p], l.LCPCritical[p], want[p])
+		}
+	}
+	h.Log.Pages[0].PageTimings.LCPURL = "http://a.test/elsewhere.png"
+	if l := Analyze(h, 100); l.LCP != 0 {
+		t.Errorf("an LCP URL not in the HAR: LCP %v, want 0 (unknown)", l.LCP)
+	}
+}
+
 func TestAnalyzeNotLoaded(t *testing.T) {
 	h, err := har.Read(filepath.Join("testdata", "golden.har"))
 	if err != nil {

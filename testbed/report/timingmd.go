@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // loadsOf returns the loads of mode in tv.
@@ -31,12 +32,30 @@ func spreadOf(ls []Load, f func(Load) float64) Spread {
 
 // shares is the critical path's phases as shares of the summed PLT of ls.
 func shares(ls []Load) (out [NumPhases]float64) {
+	return sharesOf(ls, func(l Load) ([NumPhases]float64, float64) { return l.Critical, l.PLT })
+}
+
+// lcpShares is shares for the LCP element's path (Load.LCPCritical) over
+// the loads of ls whose LCP resource was found, which it returns too.
+func lcpShares(ls []Load) (out [NumPhases]float64, with []Load) {
+	for _, l := range ls {
+		if l.LCP > 0 {
+			with = append(with, l)
+		}
+	}
+	return sharesOf(with, func(l Load) ([NumPhases]float64, float64) { return l.LCPCritical, l.LCP }), with
+}
+
+// sharesOf sums each load's phases and total (of) and returns each
+// phase's share of the summed total.
+func sharesOf(ls []Load, of func(Load) ([NumPhases]float64, float64)) (out [NumPhases]float64) {
 	var total float64
 	for _, l := range ls {
+		ph, t := of(l)
 		for p := range NumPhases {
-			out[p] += l.Critical[p]
+			out[p] += ph[p]
 		}
-		total += l.PLT
+		total += t
 	}
 	if total > 0 {
 		for p := range out {
@@ -106,6 +125,24 @@ func writeTimes(b *bytes.Buffer, v View, tv TimeView) {
 		if ls := tv.loadsOf(m); len(ls) > 0 {
 			fmt.Fprintf(b, "| %s |%s\n", m, shareCells(shares(ls)))
 		}
+	}
+	b.WriteString("\n")
+	b.WriteString("Share of LCP along the LCP element's path: from the LCP image's request (the page's last largest-contentful-paint candidate, " +
+		"when it names a resource found in the HAR) back through its initiators to the document, up to LCP; browser time after the image's end is its decode and paint. " +
+		"Over the loads whose LCP element is such an image; LCP s is their median LCP:\n\n")
+	b.WriteString("| mode | loads with an image LCP | LCP s |" + h + "\n|---|---:|---:|" + sep + "\n")
+	for _, m := range v.Modes {
+		ls := tv.loadsOf(m)
+		if len(ls) == 0 {
+			continue
+		}
+		sh, with := lcpShares(ls)
+		if len(with) == 0 {
+			fmt.Fprintf(b, "| %s | 0 of %d | – |%s\n", m, len(ls), strings.Repeat(" – |", int(NumPhases)))
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %d of %d | %.2f |%s\n", m, len(with), len(ls),
+			spreadOf(with, func(l Load) float64 { return l.LCP / 1000 }).Median, shareCells(sh))
 	}
 	b.WriteString("\n")
 

@@ -190,7 +190,7 @@ func (e *experiment) step(s session, pg *corpus.Page) {
 func (e *experiment) record(s session, seq int, pg *corpus.Page, p browser.Page, lc netem.Counters, vip netip.Addr) (report.Record, error) {
 	r := report.Record{
 		Mode: s.mode, Profile: s.profile, Run: s.run, Page: pg.Name, URL: pg.URL, Seq: seq,
-		Loaded: p.Loaded, Error: p.Err, PLTms: ms(p.PLT), DCLms: ms(p.DCL), TTFBms: ms(p.TTFB), FCPms: ms(p.FCP), LCPms: ms(p.LCP),
+		Loaded: p.Loaded, Error: p.Err, PLTms: ms(p.PLT), DCLms: ms(p.DCL), TTFBms: ms(p.TTFB), FCPms: ms(p.FCP), LCPms: ms(p.LCP), LCPURL: p.LCPURL,
 		Bytes: p.Bytes, Requests: p.Requests, Failed: p.Failed, HTTPErrors: p.HTTPErrors,
 		DocHosts: len(p.DocHosts), Hosts: len(p.Hosts),
 		BrowserConns: p.Conns, BrowserVIPConns: p.ConnsByIP[vip.String()], BrowserConnsReused: p.ConnsReused,
