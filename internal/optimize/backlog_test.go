@@ -63,6 +63,45 @@ func TestSize(t *testing.T) {
 	}
 }
 
+// TestCostLine: the backlog's cost line recovers a fixed cost plus a
+// cost per pixel, so that a large image is not predicted from the cost
+// per pixel of the many small ones (the first cut of the backlog, a cost
+// per pixel, predicted 100 ms photographs at seconds), and it follows a
+// machine that slows down.
+func TestCostLine(t *testing.T) {
+	var c formatCost
+	// 10 ms + 1 µs per pixel: mostly icons, a few photographs.
+	for i := range 40 {
+		px := 1000.0
+		if i%10 == 9 {
+			px = 100_000
+		}
+		c.add(px, float64(10*time.Millisecond)+px*1000)
+	}
+	for _, x := range []float64{1000, 100_000, 1_000_000} {
+		want := float64(10*time.Millisecond) + x*1000
+		if got := c.predict(x); got < 0.9*want || got > 1.1*want {
+			t.Errorf("predict(%v px) = %v, want %v", x, time.Duration(got), time.Duration(want))
+		}
+	}
+	// The machine gets 3x slower: the line follows within 60 transforms.
+	for i := range 60 {
+		px := 1000.0 + float64(i%3)*50_000
+		c.add(px, 3*(float64(10*time.Millisecond)+px*1000))
+	}
+	if got, want := c.predict(100_000), 3*float64(110*time.Millisecond); got < 0.8*want || got > 1.2*want {
+		t.Errorf("after slowing down: predict(100000 px) = %v, want about %v", time.Duration(got), time.Duration(want))
+	}
+	// One size only: the mean time.
+	var one formatCost
+	for range 5 {
+		one.add(500, float64(7*time.Millisecond))
+	}
+	if got := one.predict(50_000); time.Duration(got) != 7*time.Millisecond {
+		t.Errorf("one size: predict = %v, want the mean 7ms", time.Duration(got))
+	}
+}
+
 // TestServerBacklog: a response whose transform the backlog predicts to
 // finish after the deadline is served at once, untransformed and marked
 // Pep-Deferred, and its transform still runs for the next miss; with
@@ -102,11 +141,11 @@ func TestServerBacklog(t *testing.T) {
 		}
 	})
 
-	// teach makes the backlog's JPEG cost 1 s per pixel: every JPEG is
-	// predicted far past any deadline, whatever this machine's speed.
+	// teach makes the backlog's JPEG cost line 1 s per pixel: every JPEG
+	// is predicted far past any deadline, whatever this machine's speed.
 	teach := func(w *serverWorld) {
-		for range minSamples {
-			w.s.webp.backlog.learn("jpeg", 1, time.Second)
+		for i := range minSamples {
+			w.s.webp.backlog.learn("jpeg", int64(1+i%2), time.Duration(1+i%2)*time.Second)
 		}
 	}
 
