@@ -90,6 +90,7 @@ func TestErrors(t *testing.T) {
 		// Each section's Validate is in its component; the path gets its
 		// section and the line here (issue 28).
 		{"optimize deadline", "optimize:\n  deadline: -1s\n", `bad.yaml:2: optimize.deadline: -1s must not be negative`},
+		{"optimize order", "optimize:\n  order: lifo\n", `bad.yaml:2: optimize.order: "lifo": want urgency or arrival`},
 		{"optimize without listen", "optimize:\n  enabled: true\n  listen: \"\"\n", `bad.yaml:2: optimize.enabled: needs optimize.listen (Squid's parent)`},
 		{"rewrite body bound", "rewrite:\n  max_body_bytes: 100\n", `bad.yaml:2: rewrite.max_body_bytes: 100 is below 1KiB`},
 		{"rewrite html type", "rewrite:\n  html_types:\n    - text/html\n    - text/HTML\n", `bad.yaml:4: rewrite.html_types.1: "text/HTML" is not a lowercase media type without parameters`},

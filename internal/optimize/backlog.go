@@ -25,8 +25,10 @@ import (
 // GIF 0.6 ms; a cost per pixel learned from the many small images
 // predicted a photograph at seconds and deferred most transforms that
 // would have finished in time (session 14's first campaign). The backlog
-// is the estimated work of the transforms waiting and running; a new one
-// waits for backlog / workers and then runs for its own estimate. Until
+// is the estimated work of the transforms waiting and running, by
+// urgency; a new one waits for the backlog of its urgency and the more
+// urgent ones (workPool starts those first) / workers, and then runs for
+// its own estimate. Until
 // a format has finished minSamples transforms nothing is predicted and
 // responses wait as before.
 type backlog struct {
@@ -34,7 +36,7 @@ type backlog struct {
 	gauge   func(seconds float64)
 
 	mu     sync.Mutex
-	queued time.Duration          // estimated work of the transforms waiting and running
+	queued [8]time.Duration       // estimated work of the transforms waiting and running, by urgency (RFC 9218: 0-7)
 	costs  map[string]*formatCost // by format: "jpeg", "png", "gif", "text"
 }
 
@@ -109,19 +111,28 @@ func (b *backlog) estimate(format string, units int64) (work time.Duration, know
 }
 
 // finish returns the predicted time from now until a transform of work
-// queued now would be done: the backlog shared by the workers, then its
+// and urgency queued now would be done: the backlog of its urgency and
+// the more urgent ones (which start first) shared by the workers, then its
 // own work.
-func (b *backlog) finish(work time.Duration) time.Duration {
+func (b *backlog) finish(urgency int, work time.Duration) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.queued/time.Duration(b.workers) + work
+	var ahead time.Duration
+	for u := 0; u <= urgency && u < len(b.queued); u++ {
+		ahead += b.queued[u]
+	}
+	return ahead/time.Duration(b.workers) + work
 }
 
-// add moves the backlog by work (negative when a transform ends).
-func (b *backlog) add(work time.Duration) {
+// add moves the backlog of urgency by work (negative when a transform
+// ends).
+func (b *backlog) add(urgency int, work time.Duration) {
 	b.mu.Lock()
-	b.queued += work
-	q := b.queued
+	b.queued[urgency] += work
+	var q time.Duration
+	for _, w := range b.queued {
+		q += w
+	}
 	b.mu.Unlock()
 	if b.gauge != nil {
 		b.gauge(q.Seconds())

@@ -153,12 +153,12 @@ func TestServerBacklog(t *testing.T) {
 		deadline := testenv.Scale(10 * time.Second)
 		w := startServerWorld(t, Options{Workers: 1, Deadline: deadline}, handlers)
 		teach(w)
-		w.s.webp.slots <- struct{}{} // the one worker busy
+		free := w.s.webp.occupy(1, 0) // the one worker busy
 		start := time.Now()
 		resp, b, err := w.get(t, "/photo.jpg")
 		took := time.Since(start)
 		if err != nil || resp.Header.Get("Content-Type") != TypeJPEG || !bytes.Equal(b, photo) || resp.Header.Get(DeferredHeader) != "webp" {
-			<-w.s.webp.slots
+			free()
 			t.Fatalf("%v %v: %q %s=%q, want the origin's JPEG marked deferred", resp, err, resp.Header.Get("Content-Type"), DeferredHeader, resp.Header.Get(DeferredHeader))
 		}
 		if took >= deadline {
@@ -169,7 +169,7 @@ func TestServerBacklog(t *testing.T) {
 		}
 		// The transform was queued all the same: once the worker is free
 		// it runs, and the next miss gets its WebP without a transform.
-		<-w.s.webp.slots
+		free()
 		sum := sha256.Sum256(photo)
 		for end := time.Now().Add(testenv.Scale(20 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
 			if _, ok := w.s.results.get("webp" + string(sum[:])); ok {
@@ -188,11 +188,11 @@ func TestServerBacklog(t *testing.T) {
 		deadline := testenv.Scale(time.Second)
 		w := startServerWorld(t, Options{Workers: 1, Deadline: deadline, DeferLate: true}, handlers)
 		teach(w)
-		w.s.webp.slots <- struct{}{}
+		free := w.s.webp.occupy(1, 0)
 		start := time.Now()
 		resp, _, err := w.get(t, "/photo.jpg")
 		took := time.Since(start)
-		<-w.s.webp.slots
+		free()
 		if err != nil || resp.Header.Get("Content-Type") != TypeJPEG || resp.Header.Get(DeferredHeader) != "webp" {
 			t.Fatalf("%v %v, want the origin's JPEG marked deferred", resp, err)
 		}
@@ -213,8 +213,7 @@ func TestServerTextBesideImages(t *testing.T) {
 	css := bytes.Repeat([]byte("body { margin: 0; padding: 0; color: #333 }\n"), 200)
 	w := startServerWorld(t, Options{Workers: 1, Deadline: testenv.Scale(time.Minute)},
 		map[string]http.HandlerFunc{"/site.css": serveBytes("text/css", css)})
-	w.s.webp.slots <- struct{}{} // the one WebP worker busy
-	defer func() { <-w.s.webp.slots }()
+	defer w.s.webp.occupy(1, 0)() // the one WebP worker busy
 	resp, b, err := w.get(t, "/site.css")
 	if err != nil || resp.Header.Get("Content-Encoding") != "gzip" || len(b) >= len(css) || resp.Header.Get(DeferredHeader) != "" {
 		t.Fatalf("%v %v: Content-Encoding %q, %d of %d bytes, %s %q; want it gzipped at once",

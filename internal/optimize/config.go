@@ -62,6 +62,10 @@ type Config struct {
 	// the transform is queued for the next miss. Default true; false waits
 	// the whole deadline as before (Options.DeferLate).
 	DeferEarly bool `yaml:"defer_early"`
+	// Order is the order in which waiting transforms start: "urgency"
+	// (default: the request's RFC 9218 Priority urgency, which Chromium
+	// sends over HTTP/2, then arrival) or "arrival" (Options.ByArrival).
+	Order string `yaml:"order"`
 	// ResultBytes bounds the finished transforms pepd keeps for the next
 	// miss of their object. Default DefaultResultBytes (64MiB).
 	ResultBytes field.ByteSize `yaml:"result_bytes"`
@@ -87,7 +91,7 @@ func DefaultConfig() Config {
 	im := DefaultImageOptions()
 	return Config{Listen: "127.0.0.1:3131", SSIMTarget: im.Target, SSIMTileFloor: im.TileFloor, Quality: im.Quality,
 		MaxPixels: im.MaxPixels, MinSaving: im.MinSaving, MaxBodyBytes: 8 << 20, QueueBytes: DefaultQueueBytes, Deadline: DefaultDeadline,
-		DeferEarly: true, ResultBytes: DefaultResultBytes}
+		DeferEarly: true, Order: "urgency", ResultBytes: DefaultResultBytes}
 }
 
 // Validate returns the first invalid field as a *field.Error whose path
@@ -106,6 +110,7 @@ func (c Config) Validate() error {
 		field.Check(c.Workers < 0 || c.Queue < 0, "workers", "workers and queue must not be negative"),
 		field.Check(c.QueueBytes < c.MaxBodyBytes, "queue_bytes", "%d is below max_body_bytes (%d): the largest body could never queue", c.QueueBytes, c.MaxBodyBytes),
 		field.Check(c.Deadline < 0, "deadline", "%v must not be negative", c.Deadline),
+		field.Check(c.Order != "urgency" && c.Order != "arrival", "order", "%q: want urgency or arrival", c.Order),
 		field.Check(c.ResultBytes < 0, "result_bytes", "%d must not be negative", c.ResultBytes),
 		field.Check(c.AVIF && c.SSIMTarget == 0, "avif", "needs optimize.ssim_target above 0 (AVIF is chosen by the SSIM target)"),
 		field.Check(c.AVIFWorkers < 0 || c.AVIFQueue < 0, "avif_workers", "avif_workers and avif_queue must not be negative"),
@@ -128,7 +133,7 @@ func (c Config) Options() Options {
 		Image: ImageOptions{Target: c.SSIMTarget, TileFloor: c.SSIMTileFloor, Quality: c.Quality,
 			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
 		MaxBodyBytes: int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline,
-		DeferLate: !c.DeferEarly, ResultBytes: int64(c.ResultBytes),
+		DeferLate: !c.DeferEarly, ByArrival: c.Order == "arrival", ResultBytes: int64(c.ResultBytes),
 		AVIF: AVIFOptions{Enabled: c.AVIF, Workers: c.AVIFWorkers, Queue: c.AVIFQueue},
 	}
 }

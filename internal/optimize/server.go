@@ -102,6 +102,12 @@ type Options struct {
 	// is served untransformed at once (SkipBacklog), and its transform is
 	// queued for the next miss as a deferred one is.
 	DeferLate bool
+	// ByArrival starts waiting transforms in the order they arrived. By
+	// default (false) the most urgent start first: the request's RFC 9218
+	// Priority urgency (Urgency; Chromium sends it over HTTP/2), then
+	// arrival, so that the images the browser needs first are not
+	// transformed after the ones it needs last.
+	ByArrival bool
 	// ResultBytes bounds the finished transforms kept for the next miss of
 	// their object, in bytes (zero: DefaultResultBytes).
 	ResultBytes int64
@@ -167,13 +173,13 @@ type Server struct {
 	// webp bounds the WebP transforms and text the gzip ones, each to
 	// Options.Workers running and Queue waiting: a stylesheet's gzip (about
 	// a millisecond) never waits behind a page's image transcodes.
-	webp, text workPool
+	webp, text *workPool
 	// queuedBytes are the body bytes of the transforms waiting or running
 	// (Options.QueueBytes).
 	queuedBytes atomic.Int64
 	flight      singleflight.Group
 	// avif bounds the AVIF searches: AVIFOptions.Workers and Queue.
-	avif workPool
+	avif *workPool
 	// results are finished transforms for the next miss of their object.
 	results *results
 }
@@ -223,9 +229,9 @@ func New(o Options) (*Server, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{o: o, results: newResults(o.ResultBytes),
-		webp: newWorkPool(o.Workers, o.Queue, o.Metrics.queueDepth, newBacklog(o.Workers, o.Metrics.backlogSeconds("webp"))),
-		text: newWorkPool(o.Workers, o.Queue, o.Metrics.queueDepth, newBacklog(o.Workers, o.Metrics.backlogSeconds("gzip"))),
-		avif: newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.Metrics.avifQueueDepth, nil)}
+		webp: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, newBacklog(o.Workers, o.Metrics.backlogSeconds("webp"))),
+		text: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, newBacklog(o.Workers, o.Metrics.backlogSeconds("gzip"))),
+		avif: newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.ByArrival, o.Metrics.avifQueueDepth, nil)}
 	tr := &http.Transport{
 		DialContext:           s.dial,
 		MaxIdleConnsPerHost:   8,
@@ -441,7 +447,7 @@ func (s *Server) modify(resp *http.Response) error {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	avif := kind == "image" && s.o.AVIF.Enabled && accepts(req.Header.Values("Accept"), TypeAVIF)
-	out, ctype, t, skip, pending := s.transform(kind, body, avif)
+	out, ctype, t, skip, pending := s.transform(kind, body, avif, Urgency(req.Header.Values("Priority")))
 	if pending {
 		// The AVIF is being encoded: Squid must not store what is served
 		// now, or later requests with this Accept would never get it.
@@ -482,37 +488,6 @@ func (s *Server) modify(resp *http.Response) error {
 // now still keep their results when they finish.
 func (s *Server) ResetResults() { s.results.reset() }
 
-// workPool bounds work: at most cap(slots) run at once and cap(queued)
-// wait for a slot. backlog, when set, predicts when a job queued now
-// would finish (the WebP and gzip pools).
-type workPool struct {
-	slots   chan struct{} // one per running job
-	queued  chan struct{} // one per waiting job
-	depth   func(d float64)
-	backlog *backlog
-}
-
-// newWorkPool returns a pool of workers slots and queue waiting places;
-// depth moves the queue-depth gauge.
-func newWorkPool(workers, queue int, depth func(float64), b *backlog) workPool {
-	return workPool{slots: make(chan struct{}, workers), queued: make(chan struct{}, queue), depth: depth, backlog: b}
-}
-
-// acquire takes a waiting place, or returns false at once when the
-// queue is full, then waits for a slot; release frees the slot.
-func (p workPool) acquire() (release func(), ok bool) {
-	select {
-	case p.queued <- struct{}{}:
-	default:
-		return nil, false
-	}
-	p.depth(1)
-	p.slots <- struct{}{}
-	<-p.queued
-	p.depth(-1)
-	return func() { <-p.slots }, true
-}
-
 // transformResult is what one (shared) transform returns.
 type transformResult struct {
 	out   []byte
@@ -521,8 +496,8 @@ type transformResult struct {
 }
 
 // transform runs the transform for kind on body (an image in the webp
-// pool, text in the gzip pool), or takes its result from an earlier run
-// (results). It waits at most Options.Deadline, for a
+// pool, text in the gzip pool; urgency orders it there, Urgency), or
+// takes its result from an earlier run (results). It waits at most Options.Deadline, for a
 // worker and the transform together; past it, it returns SkipDeferred
 // and the transform goes on behind the response, its result kept for the
 // next miss of the same bytes. When the backlog predicts that the
@@ -537,7 +512,7 @@ type transformResult struct {
 // starts too (avifFor) and is waited for until the same deadline: t is
 // "avif" when the AVIF is smaller; pending is true when it has not
 // finished (the WebP or the original is returned, not to be stored).
-func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, ctype, t, skip string, pending bool) {
+func (s *Server) transform(kind string, body []byte, avif bool, urgency int) (out []byte, ctype, t, skip string, pending bool) {
 	deadline := time.Now().Add(s.o.Deadline)
 	t, pool := "gzip", s.text
 	if kind == "image" {
@@ -555,7 +530,11 @@ func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, cty
 		if sized {
 			work, known = pool.backlog.estimate(format, units)
 		}
-		late := !s.o.DeferLate && known && pool.backlog.finish(work) > s.o.Deadline
+		rank := urgency
+		if s.o.ByArrival {
+			rank = 0
+		}
+		late := !s.o.DeferLate && known && pool.backlog.finish(rank, work) > s.o.Deadline
 		ch := s.flight.DoChan(key, func() (any, error) {
 			n := int64(len(body))
 			if s.queuedBytes.Add(n) > s.o.QueueBytes {
@@ -563,9 +542,9 @@ func (s *Server) transform(kind string, body []byte, avif bool) (out []byte, cty
 				return transformResult{skip: SkipOverload}, nil
 			}
 			defer s.queuedBytes.Add(-n)
-			pool.backlog.add(work)
-			defer pool.backlog.add(-work)
-			release, ok := pool.acquire()
+			pool.backlog.add(rank, work)
+			defer pool.backlog.add(rank, -work)
+			release, ok := pool.acquire(urgency)
 			if !ok {
 				return transformResult{skip: SkipOverload}, nil
 			}
@@ -665,7 +644,7 @@ func (s *Server) avifFor(sum [32]byte, body []byte, webp transformResult) <-chan
 		if r, ok := s.results.get(key); ok {
 			return r, nil
 		}
-		release, ok := s.avif.acquire()
+		release, ok := s.avif.acquire(DefaultUrgency)
 		if !ok {
 			return transformResult{skip: skipAVIFOverload}, nil
 		}

@@ -172,11 +172,9 @@ func TestServerSkips(t *testing.T) {
 	t.Run("overload", func(t *testing.T) {
 		w := startServerWorld(t, Options{Workers: 1, Queue: 1, Deadline: testenv.Scale(time.Minute)}, handlers)
 		// The one worker is busy and the one queue place taken.
-		w.s.webp.slots <- struct{}{}
-		w.s.webp.queued <- struct{}{}
+		free := w.s.webp.occupy(1, 1)
 		resp, b, err := w.get(t, "/photo.jpg")
-		<-w.s.webp.queued
-		<-w.s.webp.slots
+		free()
 		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != TypeJPEG || !bytes.Equal(b, photo) {
 			t.Fatalf("%v %v: %q, %d bytes, want the origin's JPEG byte for byte", resp, err, resp.Header.Get("Content-Type"), len(b))
 		}
@@ -336,11 +334,9 @@ func TestServerAVIFOverload(t *testing.T) {
 	handlers := map[string]http.HandlerFunc{"/photo.jpg": serveBytes(TypeJPEG, photo, "Cache-Control", "max-age=3600")}
 	w := startServerWorld(t, Options{Deadline: testenv.Scale(time.Minute), AVIF: AVIFOptions{Enabled: true, Workers: 1, Queue: 1}}, handlers)
 	outcome := func(o string) float64 { return testutil.ToFloat64(w.m.avifs.WithLabelValues(o)) }
-	w.s.avif.slots <- struct{}{}
-	w.s.avif.queued <- struct{}{}
+	free := w.s.avif.occupy(1, 1)
 	resp, b, err := w.get(t, "/photo.jpg")
-	<-w.s.avif.queued
-	<-w.s.avif.slots
+	free()
 	if err != nil || resp.Header.Get("Content-Type") != TypeWebP || len(b) >= len(photo) {
 		t.Fatalf("AVIF queue full: %v %v: %q, %d bytes, want the WebP", resp, err, resp.Header.Get("Content-Type"), len(b))
 	}

@@ -1,0 +1,119 @@
+package optimize
+
+import (
+	"container/heap"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// workPool bounds work: at most workers jobs run at once and queue wait
+// for a worker. Waiting jobs start in the order of their urgency (RFC
+// 9218 §4.1: 0 the most urgent), then of their arrival; with byArrival
+// set, in the order of arrival alone. backlog, when set, predicts when a
+// job queued now would finish (the WebP and gzip pools).
+type workPool struct {
+	mu        sync.Mutex
+	free      int // workers not running a job
+	queue     int // most jobs waiting
+	byArrival bool
+	waiting   waiters
+	seq       uint64
+	depth     func(d float64)
+	backlog   *backlog
+}
+
+// newWorkPool returns a pool of workers and queue waiting places; depth
+// moves the queue-depth gauge.
+func newWorkPool(workers, queue int, byArrival bool, depth func(float64), b *backlog) *workPool {
+	return &workPool{free: workers, queue: queue, byArrival: byArrival, depth: depth, backlog: b}
+}
+
+// acquire returns at once with a worker when one is free and nothing
+// waits; else it takes a waiting place, or returns false at once when
+// the queue is full, and waits for its turn. release frees the worker.
+func (p *workPool) acquire(urgency int) (release func(), ok bool) {
+	p.mu.Lock()
+	if p.free > 0 && len(p.waiting) == 0 {
+		p.free--
+		p.mu.Unlock()
+		return p.release, true
+	}
+	if len(p.waiting) >= p.queue {
+		p.mu.Unlock()
+		return nil, false
+	}
+	if p.byArrival {
+		urgency = 0
+	}
+	w := &waiter{urgency: urgency, seq: p.seq, ready: make(chan struct{})}
+	p.seq++
+	heap.Push(&p.waiting, w)
+	p.mu.Unlock()
+	p.depth(1)
+	<-w.ready
+	p.depth(-1)
+	return p.release, true
+}
+
+// release hands the worker to the first waiting job, or frees it.
+func (p *workPool) release() {
+	p.mu.Lock()
+	if len(p.waiting) > 0 {
+		w := heap.Pop(&p.waiting).(*waiter)
+		p.mu.Unlock()
+		close(w.ready)
+		return
+	}
+	p.free++
+	p.mu.Unlock()
+}
+
+// waiter is a job waiting for a worker.
+type waiter struct {
+	urgency int
+	seq     uint64
+	ready   chan struct{}
+}
+
+// waiters is a heap of waiting jobs, the most urgent and then the oldest
+// first (container/heap).
+type waiters []*waiter
+
+func (h waiters) Len() int { return len(h) }
+func (h waiters) Less(i, j int) bool {
+	return h[i].urgency < h[j].urgency || h[i].urgency == h[j].urgency && h[i].seq < h[j].seq
+}
+func (h waiters) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *waiters) Push(x any)   { *h = append(*h, x.(*waiter)) }
+func (h *waiters) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return w
+}
+
+// DefaultUrgency is a request's urgency without a Priority field (RFC
+// 9218 §4.1: 3). Chromium sends none over HTTP/1.1, and over HTTP/2
+// u=0 for documents and stylesheets, 1 for scripts, 2 for the first
+// images (Medium) and more for the rest.
+const DefaultUrgency = 3
+
+// Urgency returns the u parameter of a Priority request field's values
+// (RFC 9218 §4.1, a Structured Field Dictionary: "u=2, i"), 0 to 7;
+// DefaultUrgency when it is absent or not an integer in that range.
+func Urgency(values []string) int {
+	u := DefaultUrgency
+	for _, v := range values {
+		for _, m := range strings.Split(v, ",") {
+			k, val, ok := strings.Cut(strings.TrimSpace(m), "=")
+			if !ok || k != "u" {
+				continue
+			}
+			if n, err := strconv.Atoi(val); err == nil && n >= 0 && n <= 7 {
+				u = n
+			}
+		}
+	}
+	return u
+}
