@@ -43,10 +43,7 @@ func (p *workPool) acquire(urgency int) (release func(), ok bool) {
 		p.mu.Unlock()
 		return nil, false
 	}
-	if p.byArrival {
-		urgency = 0
-	}
-	w := &waiter{urgency: urgency, seq: p.seq, ready: make(chan struct{})}
+	w := &waiter{urgency: p.rank(urgency), seq: p.seq, ready: make(chan struct{})}
 	p.seq++
 	heap.Push(&p.waiting, w)
 	p.mu.Unlock()
@@ -54,6 +51,15 @@ func (p *workPool) acquire(urgency int) (release func(), ok bool) {
 	<-w.ready
 	p.depth(-1)
 	return p.release, true
+}
+
+// rank is the urgency the pool orders a job of urgency by: 0 for every
+// job when it orders by arrival alone.
+func (p *workPool) rank(urgency int) int {
+	if p.byArrival {
+		return 0
+	}
+	return urgency
 }
 
 // release hands the worker to the first waiting job, or frees it.

@@ -530,10 +530,7 @@ func (s *Server) transform(kind string, body []byte, avif bool, urgency int) (ou
 		if sized {
 			work, known = pool.backlog.estimate(format, units)
 		}
-		rank := urgency
-		if s.o.ByArrival {
-			rank = 0
-		}
+		rank := pool.rank(urgency)
 		late := !s.o.DeferLate && known && pool.backlog.finish(rank, work) > s.o.Deadline
 		ch := s.flight.DoChan(key, func() (any, error) {
 			n := int64(len(body))
