@@ -28,9 +28,8 @@ import (
 // is the estimated work of the transforms waiting and running, by
 // urgency; a new one waits for the backlog of its urgency and the more
 // urgent ones (workPool starts those first) / workers, and then runs for
-// its own estimate. Until
-// a format has finished minSamples transforms nothing is predicted and
-// responses wait as before.
+// its own estimate. Until a format has finished minSamples transforms
+// nothing is predicted and responses wait as before.
 type backlog struct {
 	workers int
 	gauge   func(seconds float64)
@@ -41,7 +40,8 @@ type backlog struct {
 }
 
 // formatCost is a format's cost line: exponentially weighted sums of
-// the finished transforms' units (x, ns) and wall times (y, ns).
+// the finished transforms' units (x: pixels or bytes) and wall times
+// (y, ns).
 type formatCost struct {
 	w, x, y, xx, xy float64
 	samples         int

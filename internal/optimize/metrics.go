@@ -56,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		avifDepth: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "avif_queue_depth",
 			Help: "AVIF searches waiting for an AVIF worker."}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "backlog_seconds",
-			Help: "Estimated work of the transforms waiting and running (wall time per pixel or byte of recent transforms), seconds, by transform (webp, gzip)."}, []string{"transform"}),
+			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by transform (webp, gzip)."}, []string{"transform"}),
 	}
 	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog} {
 		if err := reg.Register(c); err != nil {
