@@ -62,9 +62,11 @@ type Config struct {
 	// the transform is queued for the next miss. Default true; false waits
 	// the whole deadline as before (Options.DeferLate).
 	DeferEarly bool `yaml:"defer_early"`
-	// Order is the order in which waiting transforms start: "urgency"
-	// (default: the request's RFC 9218 Priority urgency, which Chromium
-	// sends over HTTP/2, then arrival) or "arrival" (Options.ByArrival).
+	// Order is the order in which waiting transforms start: "arrival"
+	// (default, Options.ByArrival) or "urgency" (the request's RFC 9218
+	// Priority urgency, which Chromium sends over HTTP/2, then arrival).
+	// Urgency changed no figure beyond the runs' spread on tp5n over 3G
+	// (internal/optimize/README.md, "Transform order").
 	Order string `yaml:"order"`
 	// ResultBytes bounds the finished transforms pepd keeps for the next
 	// miss of their object. Default DefaultResultBytes (64MiB).
@@ -91,7 +93,7 @@ func DefaultConfig() Config {
 	im := DefaultImageOptions()
 	return Config{Listen: "127.0.0.1:3131", SSIMTarget: im.Target, SSIMTileFloor: im.TileFloor, Quality: im.Quality,
 		MaxPixels: im.MaxPixels, MinSaving: im.MinSaving, MaxBodyBytes: 8 << 20, QueueBytes: DefaultQueueBytes, Deadline: DefaultDeadline,
-		DeferEarly: true, Order: "urgency", ResultBytes: DefaultResultBytes}
+		DeferEarly: true, Order: "arrival", ResultBytes: DefaultResultBytes}
 }
 
 // Validate returns the first invalid field as a *field.Error whose path

@@ -102,11 +102,10 @@ type Options struct {
 	// is served untransformed at once (SkipBacklog), and its transform is
 	// queued for the next miss as a deferred one is.
 	DeferLate bool
-	// ByArrival starts waiting transforms in the order they arrived. By
-	// default (false) the most urgent start first: the request's RFC 9218
-	// Priority urgency (Urgency; Chromium sends it over HTTP/2), then
-	// arrival, so that the images the browser needs first are not
-	// transformed after the ones it needs last.
+	// ByArrival starts waiting transforms in the order they arrived
+	// (config optimize.order: arrival, pepd's default). False starts the
+	// most urgent first: the request's RFC 9218 Priority urgency (Urgency;
+	// Chromium sends it over HTTP/2), then arrival.
 	ByArrival bool
 	// ResultBytes bounds the finished transforms kept for the next miss of
 	// their object, in bytes (zero: DefaultResultBytes).
