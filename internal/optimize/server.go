@@ -523,12 +523,10 @@ func (s *Server) transform(kind string, body []byte, avif bool, urgency int) (ou
 	if ok {
 		s.o.Metrics.reused(t)
 	} else {
-		format, units, sized := size(kind, body)
-		var work time.Duration
-		known := false
-		if sized {
-			work, known = pool.backlog.estimate(format, units)
-		}
+		// A body without a readable size has format "" and no units: no
+		// estimate, and nothing learned from it.
+		format, units, _ := size(kind, body)
+		work, known := pool.backlog.estimate(format, units)
 		rank := pool.rank(urgency)
 		late := !s.o.DeferLate && known && pool.backlog.finish(rank, work) > s.o.Deadline
 		ch := s.flight.DoChan(key, func() (any, error) {
@@ -555,9 +553,7 @@ func (s *Server) transform(kind string, body []byte, avif bool, urgency int) (ou
 			}
 			took := time.Since(start)
 			s.o.Metrics.done(t, took)
-			if sized {
-				pool.backlog.learn(format, units, took)
-			}
+			pool.backlog.learn(format, units, took)
 			s.results.put(key, r)
 			if avif && r.skip != SkipOverload {
 				s.avifFor(sum, body, r) // for the next miss, if this one cannot wait
