@@ -19,7 +19,12 @@
 // changes on every load is hinted at most on the second load, and never
 // when the change is one PageKey recognises: a cache-buster parameter
 // name or a value of ten or more digits, such URLs are not learned); a
-// URL no recent load requested ages out. Memory is bounded as a
+// URL no recent load requested ages out. The hints are chosen by how many
+// recent loads requested them (the most first, within Options.MaxHints and
+// Options.MaxHintBytes) and given in the order a browser needs them: styles,
+// fonts, scripts, images, then the rest, each kind in the order recent loads
+// received them (Chromium starts Link preloads in field order, and over
+// HTTP/2 responses of one priority come in request order). Memory is bounded as a
 // cache's: at most Options.MaxPages pages (least recently loaded evicted),
 // Options.MaxURLs entries per page (the least seen evicted), and
 // Options.MaxLoads loads in progress.
@@ -177,6 +182,10 @@ type entry struct {
 	as    string
 	bytes int64
 	seen  uint32 // bit i: requested in the i-th most recent load
+	// pos is where the URL comes in its loads: in a load, the number of
+	// the load's learned URLs received before it; in a page, the mean of
+	// that over the loads folded in, the newest weighing half.
+	pos float32
 }
 
 type load struct {
@@ -347,7 +356,7 @@ func (l *Learner) Subresource(sub netip.Addr, u, referer, contentType string, by
 		e.bytes = bytes
 		return
 	}
-	ld.seen[u] = &entry{as: as, bytes: bytes}
+	ld.seen[u] = &entry{as: as, bytes: bytes, pos: float32(len(ld.seen))}
 }
 
 // SetOrigins replaces Options.Origins (pepd's https origins change with
@@ -533,30 +542,50 @@ func (l *Learner) hints(p *page) []Hint {
 	type cand struct {
 		h    Hint
 		seen int
+		pos  float32
 	}
 	var cs []cand
 	for u, e := range p.urls {
 		if c := bits.OnesCount32(e.seen & mask); c >= need {
-			cs = append(cs, cand{Hint{URL: u, As: e.as, Bytes: e.bytes}, c})
+			cs = append(cs, cand{Hint{URL: u, As: e.as, Bytes: e.bytes}, c, e.pos})
 		}
 	}
+	// needed orders hints as a browser needs them: by kind (asOrder),
+	// then in the order the loads received them.
+	needed := func(a, b cand) int {
+		if pa, pb := asOrder(a.h.As), asOrder(b.h.As); pa != pb {
+			return pa - pb
+		}
+		if a.pos != b.pos {
+			if a.pos < b.pos {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.h.URL, b.h.URL)
+	}
+	// Chosen by how many recent loads requested them.
 	slices.SortFunc(cs, func(a, b cand) int {
 		if a.seen != b.seen {
 			return b.seen - a.seen
 		}
-		if pa, pb := asOrder(a.h.As), asOrder(b.h.As); pa != pb {
-			return pa - pb
-		}
-		return strings.Compare(a.h.URL, b.h.URL)
+		return needed(a, b)
 	})
-	var out []Hint
 	var total int64
+	n = 0
 	for _, c := range cs {
-		if len(out) == l.o.MaxHints || total+c.h.Bytes > l.o.MaxHintBytes {
+		if n == l.o.MaxHints || total+c.h.Bytes > l.o.MaxHintBytes {
 			break
 		}
 		total += c.h.Bytes
-		out = append(out, c.h)
+		n++
+	}
+	// The chosen ones in the order the browser needs them.
+	cs = cs[:n]
+	slices.SortFunc(cs, needed)
+	out := make([]Hint, n)
+	for i, c := range cs {
+		out[i] = c.h
 	}
 	return out
 }
@@ -609,6 +638,7 @@ func (l *Learner) end(ld *load) {
 		if s := ld.seen[u]; s != nil {
 			e.seen |= 1
 			e.as, e.bytes = s.as, s.bytes
+			e.pos = (e.pos + s.pos) / 2
 			delete(ld.seen, u)
 		}
 		if e.seen == 0 {

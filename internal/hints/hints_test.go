@@ -413,3 +413,55 @@ func TestHostOf(t *testing.T) {
 		}
 	}
 }
+
+// TestHintOrder: the hints come by kind (styles, fonts, scripts, images)
+// and, within a kind, in the order recent loads received them, not by
+// name; the caps keep the URLs the most loads requested, whatever their
+// place.
+func TestHintOrder(t *testing.T) {
+	doc := "http://www.site.test/"
+	first := [][2]string{
+		{"http://cdn.site.test/z-hero.jpg", "image/jpeg"},
+		{"http://cdn.site.test/m-logo.png", "image/png"},
+		{"http://cdn.site.test/app.js", "text/javascript"},
+		{"http://cdn.site.test/a-footer.gif", "image/gif"},
+		{"http://cdn.site.test/site.css", "text/css"},
+	}
+	// Later loads get the two first images the other way round: a place is
+	// the mean over the loads, the newest weighing half.
+	later := [][2]string{first[1], first[0], first[2], first[3], first[4]}
+	l := New(Options{})
+	loadPage(l, sub1, doc, t0, first...)
+	hs := loadPage(l, sub1, doc, t0.Add(time.Minute), first...)
+	want := []string{"site.css", "app.js", "z-hero.jpg", "m-logo.png", "a-footer.gif"}
+	check := func(what string, hs []Hint, want []string) {
+		t.Helper()
+		var got []string
+		for _, h := range hs {
+			got = append(got, strings.TrimPrefix(h.URL, "http://cdn.site.test/"))
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s: hints %v, want %v", what, got, want)
+		}
+	}
+	check("second load", hs, want)
+	for i := 2; i < 4; i++ {
+		loadPage(l, sub1, doc, t0.Add(time.Duration(i)*time.Minute), later...)
+	}
+	// z-hero's place is now (0+0)/2 = 0, then (0+1)/2, then (0.5+1)/2 =
+	// 0.75; m-logo's 1, 0.5, 0.25.
+	hs = loadPage(l, sub1, doc, t0.Add(4*time.Minute), later...)
+	check("after two loads in the other order", hs, []string{"site.css", "app.js", "m-logo.png", "z-hero.jpg", "a-footer.gif"})
+
+	// Caps: the hero image, first among the images but requested in fewer
+	// loads, gives way to the ones every load requested.
+	l = New(Options{MaxHints: 3})
+	for i := 0; i < 4; i++ {
+		deps := first[1:]
+		if i%2 == 0 {
+			deps = first
+		}
+		hs = loadPage(l, sub1, doc, t0.Add(time.Duration(i)*time.Minute), deps...)
+	}
+	check("capped at 3", hs, []string{"site.css", "app.js", "m-logo.png"})
+}
