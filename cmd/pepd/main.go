@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -210,9 +211,14 @@ type pepd struct {
 	cache       *cachepolicy.Policy
 	cacheStatus *cachepolicy.StatusSource
 	rwm         *rewrite.Metrics
-	proxy       *httpproxy.Proxy
-	httpSrv     *httpproxy.Server
-	healthAt    string // the address the watchdog probes
+	// res is the one cache of carrier-resolver answers (resolver): the
+	// HTTP path resolves a request's host before Squid, and the optimizer
+	// the same host after it, on a miss; sharing the answers saves the
+	// second lookup's round trip.
+	res      *httpproxy.Resolver
+	proxy    *httpproxy.Proxy
+	httpSrv  *httpproxy.Server
+	healthAt string // the address the watchdog probes
 
 	// services are started by start and stopped by shutdown, in order.
 	services []service
@@ -362,7 +368,7 @@ func (d *pepd) buildOptimizer(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	res := &httpproxy.Resolver{Servers: cfg.Resolvers, Timeout: cfg.DNS.Timeout}
+	res := d.resolver(cfg)
 	oo := o.Options()
 	oo.Lookup, oo.Control, oo.UpstreamTimeout = res.Lookup, pol.Control, cfg.HTTP.UpstreamTimeout
 	oo.Metrics, oo.Log = om, d.log.With("component", "optimize")
@@ -567,7 +573,19 @@ func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
 	if err != nil {
 		return httpproxy.Settings{}, err
 	}
-	return c.HTTP.Settings(pol, &httpproxy.Resolver{Servers: c.Resolvers, Timeout: c.DNS.Timeout}, rw), nil
+	return c.HTTP.Settings(pol, d.resolver(c), rw), nil
+}
+
+// resolver returns pepd's Resolver for c's carrier resolvers and DNS
+// timeout: the one already made when they are the same (its cached
+// answers kept), else a new one, which later calls share. The optimizer
+// keeps the one it started with (optimize.* needs a restart).
+func (d *pepd) resolver(c *config.Config) *httpproxy.Resolver {
+	if r := d.res; r != nil && slices.Equal(r.Servers, c.Resolvers) && r.Timeout == c.DNS.Timeout {
+		return r
+	}
+	d.res = &httpproxy.Resolver{Servers: slices.Clone(c.Resolvers), Timeout: c.DNS.Timeout}
+	return d.res
 }
 
 func (d *pepd) closeListeners() {

@@ -546,3 +546,36 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestOneResolverCache: the HTTP path resolves a request's host before
+// Squid (the guard's check) and the optimizer, Squid's parent, resolves it
+// again to connect; pepd gives both one cache, so a miss asks the carrier
+// resolver once, not twice (each ask is a round trip on the wired side).
+// A real dnsmasq logs the queries; the optimizer stands where Squid would
+// (pepd sends it its forward-proxy request) and fetches from a local
+// origin that the guard allows.
+func TestOneResolverCache(t *testing.T) {
+	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "from the origin")
+	})}
+	ol, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go origin.Serve(ol)
+	t.Cleanup(func() { origin.Close() })
+	dm := dnsmasqtest.StartServer(t, []string{"address=/www.foo.com/127.0.0.2", "log-queries"})
+	resolver := dm.Addr
+	admin, httpAddr, opt := freePort(t), freePort(t), freePort(t)
+	_, port, _ := net.SplitHostPort(ol.Addr().String())
+	startProc(t, "mode: off\nsubscribers: [127.0.0.0/8]\nresolvers: ["+resolver+"]\nsquid: "+opt+"\nsquid_proxy_protocol: false\n"+
+		"listen:\n  http: "+httpAddr+"\n  dns: \"\"\n  admin: "+admin+"\nguard:\n  allow: [127.0.0.0/8]\n  allowed_ports: [80, "+port+"]\n"+
+		"optimize:\n  listen: "+opt+"\n")
+	code, body := rawGet(t, httpAddr, "GET /www.foo.com:"+port+"/x HTTP/1.1\r\nHost: 192.0.2.12\r\nConnection: close\r\n\r\n")
+	if code != 200 || body != "from the origin" {
+		t.Fatalf("VIP-path request through pepd and its optimizer: %d %q, want 200 from the origin", code, body)
+	}
+	if log := dm.Output(); strings.Count(log, "query[A] www.foo.com from") != 1 {
+		t.Errorf("the carrier resolver was not asked for www.foo.com's A record exactly once (one cache for pepd):\n%s", log)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +52,29 @@ func Start(t testing.TB, lines []string) string {
 type Server struct {
 	Addr string    // "127.0.0.1:port", UDP and TCP
 	Cmd  *exec.Cmd // the process, for its CPU time
+	out  *syncBuffer
+}
+
+// Output returns what dnsmasq wrote so far (its log: with the config line
+// "log-queries", one "query[TYPE] NAME from ADDR" line per query).
+func (s *Server) Output() string { return s.out.String() }
+
+// syncBuffer is a bytes.Buffer that the process writes while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // StartServer is Start returning the process too.
@@ -94,8 +118,8 @@ func start(t testing.TB, bin string, lines []string) (*Server, string, error) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--conf-file="+path)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +141,7 @@ func start(t testing.TB, bin string, lines []string) (*Server, string, error) {
 		default:
 		}
 		if r, _, err := c.Exchange(m, addr); err == nil && len(r.Answer) == 1 {
-			return &Server{Addr: addr, Cmd: cmd}, "", nil
+			return &Server{Addr: addr, Cmd: cmd, out: out}, "", nil
 		}
 		if time.Now().After(deadline) {
 			return nil, out.String(), fmt.Errorf("dnsmasq on %s did not answer", addr)
