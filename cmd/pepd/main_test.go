@@ -462,7 +462,7 @@ func TestVIPCertificate(t *testing.T) {
 	}
 	writeCfg(kf)
 	cmd := exec.Command(bin, "-config", cfgFile)
-	var logs syncBuffer
+	var logs testenv.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -527,24 +527,6 @@ func TestVIPCertificate(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("exit after SIGTERM: %v\n%s", err, logs.String())
 	}
-}
-
-// syncBuffer is a strings.Builder safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestOneResolverCache: the HTTP path resolves a request's host before

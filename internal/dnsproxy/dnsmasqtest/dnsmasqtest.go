@@ -4,18 +4,18 @@
 package dnsmasqtest
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"pep/internal/testenv"
 )
 
 // FreePort returns a port that was free on 127.0.0.1 for both UDP and TCP
@@ -52,30 +52,12 @@ func Start(t testing.TB, lines []string) string {
 type Server struct {
 	Addr string    // "127.0.0.1:port", UDP and TCP
 	Cmd  *exec.Cmd // the process, for its CPU time
-	out  *syncBuffer
+	out  *testenv.Buffer
 }
 
 // Output returns what dnsmasq wrote so far (its log: with the config line
 // "log-queries", one "query[TYPE] NAME from ADDR" line per query).
 func (s *Server) Output() string { return s.out.String() }
-
-// syncBuffer is a bytes.Buffer that the process writes while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // StartServer is Start returning the process too.
 func StartServer(t testing.TB, lines []string) *Server {
@@ -118,7 +100,7 @@ func start(t testing.TB, bin string, lines []string) (*Server, string, error) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--conf-file="+path)
-	out := &syncBuffer{}
+	out := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
