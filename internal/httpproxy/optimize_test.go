@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/andybalholm/brotli"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -126,6 +128,7 @@ func startOptWorldAVIF(t testing.TB, deadline time.Duration, avif optimize.AVIFO
 		"/range.jpg":    {"image/jpeg", "max-age=3600", w.images["photo.jpg"]},
 		"/style.css":    {"text/css", "max-age=3600", css},
 		"/plain.css":    {"text/css", "max-age=3600", css},
+		"/both.css":     {"text/css", "max-age=3600", css},
 		"/excluded.jpg": {"image/jpeg", "max-age=3600", w.images["photo.jpg"]},
 		"/star.jpg":     {"image/jpeg", "max-age=3600", w.images["starfield.jpg"]},
 		"/palette.png":  {"image/png", "max-age=3600", w.images["palette.png"]},
@@ -143,7 +146,7 @@ func startOptWorldAVIF(t testing.TB, deadline time.Duration, avif optimize.AVIFO
 	oport := uint16(mustAtoi(t, w.o.port))
 	dialGuard := guard.New(guard.Options{AllowedPorts: []uint16{oport}, Allow: []netip.Prefix{netip.MustParsePrefix(originIP + "/32")}})
 	osrv, err := optimize.New(optimize.Options{Image: optimize.DefaultImageOptions(), Lookup: res.Lookup, Metrics: om, Log: testLogger(t),
-		Deadline: deadline, Control: dialGuard.Control, AVIF: avif})
+		Deadline: deadline, Control: dialGuard.Control, AVIF: avif, BrotliQuality: optimize.DefaultBrotliQuality})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,10 +410,31 @@ func TestOptimizerThroughSquid(t *testing.T) {
 		}
 	})
 
+	t.Run("brotli and gzip of one text, kept apart by Vary", func(t *testing.T) {
+		// Chromium over HTTPS, over http, over HTTPS again (Squid's hit of
+		// the first variant): each gets its coding, and each decodes to
+		// the origin's text.
+		for i, ae := range []string{"gzip, deflate, br, zstd", "gzip, deflate", "gzip, deflate, br, zstd"} {
+			resp, b := w.fetch(t, "GET", "img.opt.test", "/both.css", map[string]string{"Accept-Encoding": ae})
+			var r io.Reader
+			switch ce := resp.Header.Get("Content-Encoding"); {
+			case strings.Contains(ae, "br") && ce == "br":
+				r = brotli.NewReader(bytes.NewReader(b))
+			case !strings.Contains(ae, "br") && ce == "gzip":
+				r, _ = gzip.NewReader(bytes.NewReader(b))
+			default:
+				t.Fatalf("request %d, Accept-Encoding %q: Content-Encoding %q", i, ae, ce)
+			}
+			if plain, err := io.ReadAll(r); err != nil || !bytes.Equal(plain, w.o.files["/both.css"].body) {
+				t.Fatalf("request %d, Accept-Encoding %q: body does not decode to the text (%v)", i, ae, err)
+			}
+		}
+	})
+
 	t.Run("gzip of text with and without Accept-Encoding", func(t *testing.T) {
 		// Go's Transport would ask for gzip itself and hide the encoding:
 		// the header set explicitly keeps the body as sent.
-		resp, b := w.fetch(t, "GET", "img.opt.test", "/style.css", map[string]string{"Accept-Encoding": "gzip, deflate, br"})
+		resp, b := w.fetch(t, "GET", "img.opt.test", "/style.css", map[string]string{"Accept-Encoding": "gzip, deflate"})
 		if resp.Header.Get("Content-Encoding") != "gzip" || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
 			t.Fatalf("Content-Encoding %q, body % x...", resp.Header.Get("Content-Encoding"), b[:4])
 		}

@@ -33,6 +33,12 @@ type Config struct {
 	// Quality is the fixed rule's lossy WebP quality of JPEG photos, 1-100
 	// (used with ssim_target 0). Default DefaultQuality.
 	Quality int `yaml:"quality"`
+	// BrotliQuality is the brotli quality, 1-11, of text sent to a
+	// request whose Accept-Encoding names br (Chromium names it over
+	// HTTPS only: the VIP's HTTPS origin), text the origin gzipped
+	// included; 0: gzip only, of text sent without a content coding.
+	// Default DefaultBrotliQuality (5).
+	BrotliQuality int `yaml:"brotli_quality"`
 	// MaxPixels bounds width*height of an image to decode. Default
 	// DefaultMaxPixels (40e6).
 	MaxPixels int64 `yaml:"max_pixels"`
@@ -92,7 +98,7 @@ type Config struct {
 func DefaultConfig() Config {
 	im := DefaultImageOptions()
 	return Config{Listen: "127.0.0.1:3131", SSIMTarget: im.Target, SSIMTileFloor: im.TileFloor, Quality: im.Quality,
-		MaxPixels: im.MaxPixels, MinSaving: im.MinSaving, MaxBodyBytes: 8 << 20, QueueBytes: DefaultQueueBytes, Deadline: DefaultDeadline,
+		BrotliQuality: DefaultBrotliQuality, MaxPixels: im.MaxPixels, MinSaving: im.MinSaving, MaxBodyBytes: 8 << 20, QueueBytes: DefaultQueueBytes, Deadline: DefaultDeadline,
 		DeferEarly: true, Order: "arrival", ResultBytes: DefaultResultBytes}
 }
 
@@ -106,6 +112,7 @@ func (c Config) Validate() error {
 		field.Check(c.SSIMTarget < 0 || c.SSIMTarget > 1, "ssim_target", "%v is outside 0..1 (0: the fixed rule)", c.SSIMTarget),
 		field.Check(c.SSIMTileFloor < 0 || c.SSIMTileFloor > 1, "ssim_tile_floor", "%v is outside 0..1 (0: none)", c.SSIMTileFloor),
 		field.Check(c.Quality < 1 || c.Quality > 100, "quality", "%d is outside 1..100", c.Quality),
+		field.Check(c.BrotliQuality < 0 || c.BrotliQuality > 11, "brotli_quality", "%d is outside 0..11 (0: gzip only)", c.BrotliQuality),
 		field.AtLeast("max_pixels", c.MaxPixels, 1),
 		field.Check(c.MinSaving < 0 || c.MinSaving >= 1, "min_saving", "%v is outside 0..1 (0.10: at least 10 %% smaller)", c.MinSaving),
 		field.Check(c.MaxBodyBytes < 1024, "max_body_bytes", "%d is below 1KiB", c.MaxBodyBytes),
@@ -134,7 +141,8 @@ func (c Config) Options() Options {
 	return Options{
 		Image: ImageOptions{Target: c.SSIMTarget, TileFloor: c.SSIMTileFloor, Quality: c.Quality,
 			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
-		MaxBodyBytes: int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline,
+		BrotliQuality: c.BrotliQuality,
+		MaxBodyBytes:  int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline,
 		DeferLate: !c.DeferEarly, ByArrival: c.Order == "arrival", ResultBytes: int64(c.ResultBytes),
 		AVIF: AVIFOptions{Enabled: c.AVIF, Workers: c.AVIFWorkers, Queue: c.AVIFQueue},
 	}

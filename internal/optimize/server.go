@@ -75,6 +75,11 @@ const etagSuffix = ".pep-"
 type Options struct {
 	// Image are the image transform's settings.
 	Image ImageOptions
+	// BrotliQuality, 1-11, turns brotli on: text goes to a request whose
+	// Accept-Encoding names br as brotli at this quality, text the origin
+	// gzipped included (decoded first; Text). Zero: gzip only (GzipLevel,
+	// of text the origin sent plain or gzipped).
+	BrotliQuality int
 	// MaxBodyBytes bounds a body the optimizer buffers to transform;
 	// larger bodies stream through untouched (SkipTooLarge). Zero: 8 MiB.
 	MaxBodyBytes int64
@@ -344,9 +349,23 @@ func variantETag(etag, t string) string {
 	return "W/" + etag[:len(etag)-1] + etagSuffix + t + `"`
 }
 
+// contentCoding returns a response's Content-Encoding in lower case, ""
+// for none or identity; "x-gzip" is "gzip" (RFC 9110 §8.4.1.3).
+func contentCoding(h http.Header) string {
+	ce := strings.ToLower(strings.TrimSpace(h.Get("Content-Encoding")))
+	switch ce {
+	case "identity":
+		return ""
+	case "x-gzip":
+		return CodingGzip
+	}
+	return ce
+}
+
 // kindOf returns "image" or "text" for a response the optimizer could
 // transform for some request, "" for the others: 200, no Content-Range,
-// no no-transform, a JPEG/PNG/GIF, or a text type without content coding.
+// no no-transform, a JPEG/PNG/GIF without content coding, or a text type
+// without content coding or gzipped (brotli may re-encode it).
 func kindOf(resp *http.Response) (kind, reason string) {
 	if resp.StatusCode != http.StatusOK {
 		return "", ""
@@ -366,7 +385,7 @@ func kindOf(resp *http.Response) (kind, reason string) {
 	if resp.Header.Get("Content-Range") != "" {
 		return "", SkipRange
 	}
-	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+	if ce := contentCoding(resp.Header); ce != "" && !(kind == "text" && ce == CodingGzip) {
 		return "", SkipEncoded
 	}
 	return kind, ""
@@ -420,8 +439,18 @@ func (s *Server) modify(resp *http.Response) error {
 		s.o.Metrics.skip(SkipNoTransform)
 		return nil
 	}
-	if kind == "image" && !accepts(req.Header.Values("Accept"), TypeWebP) ||
-		kind == "text" && !accepts(req.Header.Values("Accept-Encoding"), "gzip") {
+	t, enc := "webp", contentCoding(resp.Header)
+	if kind == "text" {
+		switch ae := req.Header.Values("Accept-Encoding"); {
+		case s.o.BrotliQuality > 0 && accepts(ae, CodingBrotli):
+			t = CodingBrotli
+		case accepts(ae, CodingGzip):
+			t = CodingGzip
+		default:
+			t = ""
+		}
+	}
+	if t == "" || kind == "image" && !accepts(req.Header.Values("Accept"), TypeWebP) {
 		s.o.Metrics.skip(SkipNoAccept)
 		return nil
 	}
@@ -446,7 +475,7 @@ func (s *Server) modify(resp *http.Response) error {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	avif := kind == "image" && s.o.AVIF.Enabled && accepts(req.Header.Values("Accept"), TypeAVIF)
-	out, ctype, t, skip, pending := s.transform(kind, body, avif, Urgency(req.Header.Values("Priority")))
+	out, ctype, t, skip, pending := s.transform(t, body, enc, avif, Urgency(req.Header.Values("Priority")))
 	if pending {
 		// The AVIF is being encoded: Squid must not store what is served
 		// now, or later requests with this Accept would never get it.
@@ -466,8 +495,8 @@ func (s *Server) modify(resp *http.Response) error {
 	if ctype != "" {
 		resp.Header.Set("Content-Type", ctype)
 	}
-	if t == "gzip" {
-		resp.Header.Set("Content-Encoding", "gzip")
+	if kind == "text" {
+		resp.Header.Set("Content-Encoding", t)
 	}
 	if et := variantETag(resp.Header.Get("ETag"), t); et != "" {
 		resp.Header.Set("ETag", et)
@@ -494,8 +523,9 @@ type transformResult struct {
 	skip  string
 }
 
-// transform runs the transform for kind on body (an image in the webp
-// pool, text in the gzip pool; urgency orders it there, Urgency), or
+// transform runs the transform t on body, whose content coding is enc
+// ("webp" on an image in the webp pool; "gzip" or "br" on text, Text, in
+// the text pool; urgency orders it there, Urgency), or
 // takes its result from an earlier run (results). It waits at most Options.Deadline, for a
 // worker and the transform together; past it, it returns SkipDeferred
 // and the transform goes on behind the response, its result kept for the
@@ -511,11 +541,11 @@ type transformResult struct {
 // starts too (avifFor) and is waited for until the same deadline: t is
 // "avif" when the AVIF is smaller; pending is true when it has not
 // finished (the WebP or the original is returned, not to be stored).
-func (s *Server) transform(kind string, body []byte, avif bool, urgency int) (out []byte, ctype, t, skip string, pending bool) {
+func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency int) (out []byte, ctype, _, skip string, pending bool) {
 	deadline := time.Now().Add(s.o.Deadline)
-	t, pool := "gzip", s.text
-	if kind == "image" {
-		t, pool = "webp", s.webp
+	kind, pool := "text", s.text
+	if t == "webp" {
+		kind, pool = "image", s.webp
 	}
 	sum := sha256.Sum256(body)
 	key := t + string(sum[:])
@@ -526,6 +556,9 @@ func (s *Server) transform(kind string, body []byte, avif bool, urgency int) (ou
 		// A body without a readable size has format "" and no units: no
 		// estimate, and nothing learned from it.
 		format, units, _ := size(kind, body)
+		if kind == "text" {
+			format = t + "/" + enc // gzip of plain text, brotli of plain or gzipped text
+		}
 		work, known := pool.backlog.estimate(format, units)
 		rank := pool.rank(urgency)
 		late := !s.o.DeferLate && known && pool.backlog.finish(rank, work) > s.o.Deadline
@@ -549,7 +582,7 @@ func (s *Server) transform(kind string, body []byte, avif bool, urgency int) (ou
 				res := Image(body, s.o.Image)
 				r = transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
 			} else {
-				r.out, r.skip = Gzip(body, s.o.Image.MinSaving)
+				r.out, r.skip = Text(body, enc, t, s.o.BrotliQuality, s.o.MaxBodyBytes)
 			}
 			took := time.Since(start)
 			s.o.Metrics.done(t, took)

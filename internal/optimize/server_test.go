@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/andybalholm/brotli"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -122,21 +124,21 @@ func serveBytes(ctype string, b []byte, header ...string) http.HandlerFunc {
 // TestServerSkips: the optimizer's paths that leave a body as the origin
 // sent it, each through the real Server and a real origin: a body over
 // MaxBodyBytes (streamed through), a full transform queue (overload), a
-// body the origin encoded itself, an origin that fails mid-body (the
+// body the origin encoded itself in a coding other than gzip, an origin that fails mid-body (the
 // failure reaches Squid, never a short body that looks whole), and the
 // dial guard (an origin address the guard refuses is never connected).
 // The transformed path is the control: the same image becomes WebP.
 func TestServerSkips(t *testing.T) {
 	photo := readTestdata(t, "photo.jpg")
 	css := bytes.Repeat([]byte("body { margin: 0; padding: 0; font-family: sans-serif; }\n"), 200)
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(css)
-	zw.Close()
+	var br bytes.Buffer
+	bw := brotli.NewWriterLevel(&br, 11)
+	bw.Write(css)
+	bw.Close()
 	handlers := map[string]http.HandlerFunc{
 		"/photo.jpg":   serveBytes(TypeJPEG, photo, "Cache-Control", "max-age=3600"),
 		"/again.jpg":   serveBytes(TypeJPEG, photo, "Cache-Control", "max-age=3600"),
-		"/encoded.css": serveBytes("text/css", gz.Bytes(), "Content-Encoding", "gzip"),
+		"/encoded.css": serveBytes("text/css", br.Bytes(), "Content-Encoding", "br"),
 		"/cut.css": func(rw http.ResponseWriter, r *http.Request) {
 			rw.Header().Set("Content-Type", "text/css")
 			rw.Header().Set("Content-Length", strconv.Itoa(len(css)))
@@ -205,8 +207,8 @@ func TestServerSkips(t *testing.T) {
 	t.Run("already encoded", func(t *testing.T) {
 		w := startServerWorld(t, Options{Deadline: testenv.Scale(time.Minute)}, handlers)
 		resp, b, err := w.get(t, "/encoded.css")
-		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "gzip" || !bytes.Equal(b, gz.Bytes()) {
-			t.Fatalf("%v %v: Content-Encoding %q, %d bytes, want the origin's gzip body byte for byte", resp, err, resp.Header.Get("Content-Encoding"), len(b))
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "br" || !bytes.Equal(b, br.Bytes()) {
+			t.Fatalf("%v %v: Content-Encoding %q, %d bytes, want the origin's brotli body byte for byte", resp, err, resp.Header.Get("Content-Encoding"), len(b))
 		}
 		if got := w.skipped(SkipEncoded); got != 1 {
 			t.Errorf("skipped{%q} = %v, want 1", SkipEncoded, got)
@@ -353,4 +355,151 @@ func TestServerAVIFOverload(t *testing.T) {
 	if got := outcome(AVIFServed); got != 1 {
 		t.Errorf("avif_total{outcome=%q} = %v, want 1", AVIFServed, got)
 	}
+}
+
+// TestServerText: the text transform through the real Server and a real
+// origin, on a real minified script (underscore-min.js from the default
+// pages). A request whose Accept-Encoding names br gets brotli, also of
+// the level-1 gzip a stock nginx sends (decoded, then encoded again), and
+// the brotli decodes to the script byte for byte; one that names only
+// gzip gets gzip at GzipLevel, of the plain script and of the origin's
+// level 1, and an origin's level 9 as it came; a gzip body that does not
+// decode passes as it came; with brotli off (quality 0) br in
+// Accept-Encoding gets gzip.
+func TestServerText(t *testing.T) {
+	js, err := os.ReadFile("../../testbed/corpus/default/site/britannica/js.eb.com/eb/js/underscore-min.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, 1) // nginx's gzip_comp_level default
+	zw.Write(js)
+	zw.Close()
+	var best bytes.Buffer
+	zw, _ = gzip.NewWriterLevel(&best, gzip.BestCompression)
+	zw.Write(js)
+	zw.Close()
+	corrupt := append([]byte(nil), gz.Bytes()[:gz.Len()/2]...)
+	handlers := map[string]http.HandlerFunc{
+		"/plain.js":   serveBytes("application/javascript", js, "ETag", `"u1"`),
+		"/gzip.js":    serveBytes("application/javascript", gz.Bytes(), "Content-Encoding", "gzip", "ETag", `W/"u1"`),
+		"/best.js":    serveBytes("application/javascript", best.Bytes(), "Content-Encoding", "gzip"),
+		"/corrupt.js": serveBytes("application/javascript", corrupt, "Content-Encoding", "gzip"),
+	}
+	const chromeHTTPS, chromeHTTP = "gzip, deflate, br, zstd", "gzip, deflate"
+	get := func(t *testing.T, w *serverWorld, path, ae string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", w.base+path, nil)
+		req.Header.Set(MarkHeader, "1")
+		req.Header.Set("Accept-Encoding", ae)
+		resp, err := w.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := resp.Header.Get("Vary"); !strings.Contains(v, "Accept-Encoding") {
+			t.Errorf("%s: Vary %q, want Accept-Encoding (the variants kept apart in Squid)", path, v)
+		}
+		return resp, b
+	}
+	unbrotli := func(t *testing.T, b []byte) []byte {
+		t.Helper()
+		plain, err := io.ReadAll(brotli.NewReader(bytes.NewReader(b)))
+		if err != nil {
+			t.Fatalf("brotli body does not decode: %v", err)
+		}
+		return plain
+	}
+	gunzipT := func(t *testing.T, b []byte) []byte {
+		t.Helper()
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("gzip body does not decode: %v", err)
+		}
+		plain, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatalf("gzip body does not decode: %v", err)
+		}
+		return plain
+	}
+	w := startServerWorld(t, Options{BrotliQuality: DefaultBrotliQuality, Deadline: testenv.Scale(time.Minute)}, handlers)
+
+	t.Run("plain to brotli", func(t *testing.T) {
+		resp, b := get(t, w, "/plain.js", chromeHTTPS)
+		if ce := resp.Header.Get("Content-Encoding"); ce != CodingBrotli {
+			t.Fatalf("Content-Encoding %q, want br", ce)
+		}
+		if !bytes.Equal(unbrotli(t, b), js) {
+			t.Fatal("the brotli body is not the script")
+		}
+		if et := resp.Header.Get("ETag"); et != `W/"u1.pep-br"` {
+			t.Errorf("ETag %q, want the variant's weak tag", et)
+		}
+		t.Logf("%d bytes plain, %d brotli", len(js), len(b))
+	})
+
+	t.Run("origin's gzip to brotli", func(t *testing.T) {
+		resp, b := get(t, w, "/gzip.js", chromeHTTPS)
+		if ce := resp.Header.Get("Content-Encoding"); ce != CodingBrotli {
+			t.Fatalf("Content-Encoding %q, want br", ce)
+		}
+		if !bytes.Equal(unbrotli(t, b), js) {
+			t.Fatal("the brotli body is not the script")
+		}
+		if float64(len(b)) > float64(gz.Len())*(1-MinTextSaving) {
+			t.Errorf("%d bytes of brotli against %d of gzip: served though under MinTextSaving", len(b), gz.Len())
+		}
+		t.Logf("%d bytes gzip level 1, %d brotli quality %d", gz.Len(), len(b), DefaultBrotliQuality)
+	})
+
+	t.Run("gzip only", func(t *testing.T) {
+		resp, b := get(t, w, "/plain.js", chromeHTTP)
+		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(gunzipT(t, b), js) {
+			t.Fatalf("plain script: Content-Encoding %q, want gzip of the script", resp.Header.Get("Content-Encoding"))
+		}
+		resp, b = get(t, w, "/gzip.js", chromeHTTP)
+		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(gunzipT(t, b), js) {
+			t.Fatalf("origin's gzip: Content-Encoding %q, want gzip of the script", resp.Header.Get("Content-Encoding"))
+		}
+		if float64(len(b)) > float64(gz.Len())*(1-MinTextSaving) {
+			t.Errorf("%d bytes of gzip level %d against %d of level 1: served though under MinTextSaving", len(b), GzipLevel, gz.Len())
+		}
+		t.Logf("%d bytes gzip level 1, %d level %d", gz.Len(), len(b), GzipLevel)
+		// An origin that gzips as well as the optimizer: as it came.
+		before := w.skipped(SkipNotSmaller)
+		resp, b = get(t, w, "/best.js", chromeHTTP)
+		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(b, best.Bytes()) {
+			t.Fatalf("origin's level-9 gzip: Content-Encoding %q, %d bytes, want the origin's body byte for byte", resp.Header.Get("Content-Encoding"), len(b))
+		}
+		if got := w.skipped(SkipNotSmaller) - before; got != 1 {
+			t.Errorf("skipped{%q} +%v, want +1", SkipNotSmaller, got)
+		}
+	})
+
+	t.Run("gzip that does not decode", func(t *testing.T) {
+		before := w.skipped(SkipUndecodable)
+		resp, b := get(t, w, "/corrupt.js", chromeHTTPS)
+		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(b, corrupt) {
+			t.Fatalf("Content-Encoding %q, %d bytes, want the origin's body byte for byte", resp.Header.Get("Content-Encoding"), len(b))
+		}
+		if got := w.skipped(SkipUndecodable) - before; got != 1 {
+			t.Errorf("skipped{%q} +%v, want +1", SkipUndecodable, got)
+		}
+	})
+
+	t.Run("brotli off", func(t *testing.T) {
+		w := startServerWorld(t, Options{Deadline: testenv.Scale(time.Minute)}, handlers)
+		resp, b := get(t, w, "/plain.js", chromeHTTPS)
+		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+			t.Fatalf("plain script: Content-Encoding %q, want gzip", resp.Header.Get("Content-Encoding"))
+		}
+		resp, b = get(t, w, "/gzip.js", chromeHTTPS)
+		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(gunzipT(t, b), js) {
+			t.Fatalf("origin's gzip: Content-Encoding %q, want gzip of the script", resp.Header.Get("Content-Encoding"))
+		}
+	})
 }

@@ -2,12 +2,30 @@ package optimize
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"mime"
 	"strings"
 	"sync"
 
+	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/gzip"
 )
+
+// The content codings of the text transform (RFC 9110 §8.4.1; brotli is
+// RFC 7932), also the transform's name in metrics and variant ETags.
+const (
+	CodingGzip   = "gzip"
+	CodingBrotli = "br"
+)
+
+// DefaultBrotliQuality is the brotli quality of the text transform
+// (andybalholm/brotli, 0-11). On tp5n's text, against the level-1 gzip a
+// stock nginx sends, quality 5 keeps 0.81 of JavaScript, 0.74 of CSS and
+// 0.75 of HTML at 24-35 MB/s per core; quality 11 keeps 0.74, 0.66 and
+// 0.66 at 0.6 MB/s, which costs a cold miss more time than its bytes
+// save on 3G (README "Text").
+const DefaultBrotliQuality = 5
 
 // TextTypes are the media types the text transform gzips when the origin
 // sent them uncompressed (issue 11: html, css, js, json, svg, xml): the
@@ -34,10 +52,12 @@ func IsText(ct string) bool {
 // defaults to 20, most sites set 256 or more).
 const MinTextBytes = 256
 
-// GzipLevel is the compression level: the library's default (6), where
-// the ratio is within 1 % of level 9 on tp5n's text and the speed twice
-// (README "Optimizer": gzip MB/s per core).
-var GzipLevel = gzip.DefaultCompression
+// GzipLevel is the compression level: the library's best (9). Over
+// tp5n's text, against the level-1 gzip a stock nginx sends, level 9
+// keeps 0.85 of JavaScript, 0.77 of CSS and 0.84 of HTML, level 6 0.88,
+// 0.81 and 0.87, at 27 MB/s per core against 93 (README "Text"); a
+// transform runs once per object.
+var GzipLevel = gzip.BestCompression
 
 var gzipWriters = sync.Pool{New: func() any {
 	w, _ := gzip.NewWriterLevel(nil, GzipLevel)
@@ -63,4 +83,65 @@ func Gzip(in []byte, minSaving float64) (out []byte, skip string) {
 		return in, SkipNotSmaller
 	}
 	return buf.Bytes(), ""
+}
+
+// MinTextSaving is the fraction of a text body as sent that Text must
+// save to be served. Lower than an image's MinSaving: re-encoding text
+// loses nothing, and a better coding saves 5-15 % of a minified script
+// that an origin gzipped at level 1 (underscore-min.js: 8,054 bytes, 7,174
+// as brotli at quality 5); an origin's level-9 gzip passes as sent.
+const MinTextSaving = 0.03
+
+// Text is the text transform: it re-encodes body, whose content coding
+// is enc ("" or "gzip"), in coding (CodingGzip at GzipLevel, or
+// CodingBrotli at quality 0-11), for a response that must come out at
+// least MinTextSaving smaller than body as sent: an origin's level-1 gzip
+// becomes level 9, or brotli. A gzip body is decoded first, to at most
+// max bytes. It returns the new body, or a skip reason and nil: SkipSmall
+// under MinTextBytes decoded, SkipNotSmaller, SkipUndecodable (a gzip
+// body that does not decode or exceeds max: it passes as sent). Safe for
+// concurrent use.
+func Text(body []byte, enc, coding string, quality int, max int64) (out []byte, skip string) {
+	plain := body
+	if enc != "" {
+		var err error
+		if plain, err = gunzip(body, max); err != nil {
+			return nil, SkipUndecodable
+		}
+	}
+	if len(plain) < MinTextBytes {
+		return nil, SkipSmall
+	}
+	if coding == CodingGzip {
+		if out, skip = Gzip(plain, 0); skip != "" {
+			return nil, skip
+		}
+	} else {
+		var buf bytes.Buffer
+		buf.Grow(len(body))
+		w := brotli.NewWriterLevel(&buf, quality)
+		w.Write(plain) // a bytes.Buffer does not fail
+		w.Close()
+		out = buf.Bytes()
+	}
+	if float64(len(out)) > float64(len(body))*(1-MinTextSaving) {
+		return nil, SkipNotSmaller
+	}
+	return out, ""
+}
+
+// gunzip decodes a gzip body (RFC 1952) to at most max bytes.
+func gunzip(body []byte, max int64) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	plain, err := io.ReadAll(io.LimitReader(zr, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(plain)) > max {
+		return nil, fmt.Errorf("optimize: gzip body over %d bytes decoded", max)
+	}
+	return plain, nil
 }
