@@ -92,20 +92,25 @@ func Gzip(in []byte, minSaving float64) (out []byte, skip string) {
 // as brotli at quality 5); an origin's level-9 gzip passes as sent.
 const MinTextSaving = 0.03
 
+// brotliWriters keep brotli encoders by quality for reuse: a new one
+// allocates its window and hash tables, which on a page's small scripts
+// costs as much as the encoding.
+var brotliWriters [brotli.BestCompression + 1]sync.Pool
+
 // Text is the text transform: it re-encodes body, whose content coding
 // is enc ("" or "gzip"), in coding (CodingGzip at GzipLevel, or
 // CodingBrotli at quality 0-11), for a response that must come out at
 // least MinTextSaving smaller than body as sent: an origin's level-1 gzip
 // becomes level 9, or brotli. A gzip body is decoded first, to at most
-// max bytes. It returns the new body, or a skip reason and nil: SkipSmall
+// maxBytes. It returns the new body, or a skip reason and nil: SkipSmall
 // under MinTextBytes decoded, SkipNotSmaller, SkipUndecodable (a gzip
 // body that does not decode or exceeds max: it passes as sent). Safe for
 // concurrent use.
-func Text(body []byte, enc, coding string, quality int, max int64) (out []byte, skip string) {
+func Text(body []byte, enc, coding string, quality int, maxBytes int64) (out []byte, skip string) {
 	plain := body
 	if enc != "" {
 		var err error
-		if plain, err = gunzip(body, max); err != nil {
+		if plain, err = gunzip(body, maxBytes); err != nil {
 			return nil, SkipUndecodable
 		}
 	}
@@ -117,11 +122,18 @@ func Text(body []byte, enc, coding string, quality int, max int64) (out []byte, 
 			return nil, skip
 		}
 	} else {
+		quality = min(max(quality, brotli.BestSpeed), brotli.BestCompression)
 		var buf bytes.Buffer
 		buf.Grow(len(body))
-		w := brotli.NewWriterLevel(&buf, quality)
+		w, _ := brotliWriters[quality].Get().(*brotli.Writer)
+		if w == nil {
+			w = brotli.NewWriterLevel(&buf, quality)
+		} else {
+			w.Reset(&buf)
+		}
 		w.Write(plain) // a bytes.Buffer does not fail
 		w.Close()
+		brotliWriters[quality].Put(w)
 		out = buf.Bytes()
 	}
 	if float64(len(out)) > float64(len(body))*(1-MinTextSaving) {
