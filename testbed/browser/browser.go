@@ -512,6 +512,12 @@ type Page struct {
 	// errors, aborts). HTTPErrors counts the first kind alone (Chromium
 	// also aborts a script that got a 404).
 	Failed, HTTPErrors int
+	// DocURL is the top-level document's URL as the browser finally
+	// requested it: after its redirects, Chromium's internal ones
+	// included (a 307 to https:// for a name on its HSTS preload list,
+	// whose page a gateway that never decrypts cannot change). "" when no
+	// document was requested.
+	DocURL string
 	// Hosts maps each requested hostname to its number of requests;
 	// DocHosts does the same for document requests alone (the top-level
 	// page, its redirects and frames): the names a browser must resolve
@@ -546,6 +552,7 @@ type netLog struct {
 	used      map[float64]bool   // this page's
 	inflight  map[network.RequestID]bool
 	httpError map[network.RequestID]bool // got a status >= 400
+	docID     network.RequestID          // the top-level document's request (Page.DocURL)
 	last      time.Time
 	har       *harLog // nil: no HAR
 }
@@ -562,6 +569,11 @@ func (n *netLog) event(ev any) {
 			return
 		}
 		n.page.Requests++
+		if e.Type == network.ResourceTypeDocument && (n.docID == "" || n.docID == e.RequestID) {
+			// The first document request is the top-level navigation; a
+			// redirect keeps its request ID (CDP's redirectResponse).
+			n.docID, n.page.DocURL = e.RequestID, e.Request.URL
+		}
 		if u, err := url.Parse(e.Request.URL); err == nil {
 			n.page.Hosts[u.Hostname()]++
 			if e.Type == network.ResourceTypeDocument {

@@ -74,6 +74,9 @@ func newTestSite(t *testing.T, ln net.Listener) *testSite {
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprint(w, `<!doctype html><html><head><link rel="icon" href="data:,"></head><body><p>hi</p><img src="/big.png"></body></html>`)
 	})
+	mux.HandleFunc("/moved.html", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/lcp.html", http.StatusTemporaryRedirect)
+	})
 	mux.HandleFunc("/big.png", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "image/png")
 		w.Write(big.Bytes())
@@ -290,6 +293,19 @@ func TestLoadLocalPage(t *testing.T) {
 	}
 	if want := "http://" + site.addr + "/big.png"; !lcp.Loaded || lcp.LCPURL != want || lcp.LCP <= 0 {
 		t.Errorf("lcp.html: loaded %v, LCP %s, LCP URL %q; want %q", lcp.Loaded, lcp.LCP, lcp.LCPURL, want)
+	}
+
+	// The top-level document's URL as finally requested: the page's own,
+	// and after a redirect the target (as after Chromium's HSTS upgrade).
+	if first.DocURL != url {
+		t.Errorf("page.html: document URL %q, want %q", first.DocURL, url)
+	}
+	moved, err := s.Load(ctx, "http://"+site.addr+"/moved.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "http://" + site.addr + "/lcp.html"; !moved.Loaded || moved.DocURL != want {
+		t.Errorf("moved.html: loaded %v, document URL %q; want %q (the redirect's target)", moved.Loaded, moved.DocURL, want)
 	}
 
 	s.opts.PageTimeout = 2 * time.Second

@@ -229,6 +229,27 @@ func writeFig5(b *bytes.Buffer, v View) {
 // mode on a cold cache: the figures a comparison is judged by,
 // with the pages slower than the reference by more than its spread.
 func writeSummary(b *bytes.Buffer, v View) {
+	rows := summaryRows(v)
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("### Summary\n\n")
+	b.WriteString("Each mode against a reference over the pages both loaded: per page the median over runs, then the median (or mean, or sum) over pages. Changes in percent; radio = IP bytes over the radio link, both ways; slower / faster = pages whose median PLT is above the reference's slowest run / below its fastest.\n\n")
+	writeSummaryTable(b, rows)
+	if n := len(v.HTTPSPages); n > 0 && n < len(v.Pages) {
+		fmt.Fprintf(b, "**Over the %d pages whose document loaded over http.** %d pages loaded their document over https in some load (%s): Chromium upgraded their http:// URL to https:// itself (its HSTS preload list), and pepd, which never decrypts, cannot change them: every mode loads them as direct does. The same rows without them:\n\n",
+			len(v.Pages)-n, n, strings.Join(v.HTTPSPages, ", "))
+		https := map[string]bool{}
+		for _, p := range v.HTTPSPages {
+			https[p] = true
+		}
+		writeSummaryTable(b, summaryRows(v.Only(func(p string) bool { return !https[p] })))
+	}
+}
+
+// summaryRows are the summary's rows: each mode against direct, then
+// each +opt and +warm mode against the mode without it.
+func summaryRows(v View) []Summary {
 	var rows []Summary
 	for _, m := range v.Modes {
 		if m == "direct" {
@@ -247,11 +268,11 @@ func writeSummary(b *bytes.Buffer, v View) {
 			}
 		}
 	}
-	if len(rows) == 0 {
-		return
-	}
-	b.WriteString("### Summary\n\n")
-	b.WriteString("Each mode against a reference over the pages both loaded: per page the median over runs, then the median (or mean, or sum) over pages. Changes in percent; radio = IP bytes over the radio link, both ways; slower / faster = pages whose median PLT is above the reference's slowest run / below its fastest.\n\n")
+	return rows
+}
+
+// writeSummaryTable writes rows as the summary's table.
+func writeSummaryTable(b *bytes.Buffer, rows []Summary) {
 	b.WriteString("| mode | against | pages | PLT median change | PLT mean ratio | FCP median change | LCP median change | radio bytes ratio | radio kB per page (median) | slower | faster |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	chg := func(c float64) string {

@@ -170,6 +170,39 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+// TestHTTPSPages: a page whose document loaded over https in some record
+// (Chromium's HSTS upgrade) is named in the report, and the summary is
+// given again over the other pages alone; without such a page there is
+// no second table.
+func TestHTTPSPages(t *testing.T) {
+	r := synthetic()
+	if md := string(Markdown(r, nil)); strings.Contains(md, "loaded over http.") {
+		t.Error("a summary without https pages got the table over http pages")
+	}
+	for i := range r.Records {
+		if r.Records[i].Page == "cnn" && r.Records[i].Mode == "direct" && r.Records[i].Run == 2 {
+			r.Records[i].DocScheme = "https"
+		}
+	}
+	v := Views(r)[0]
+	if strings.Join(v.HTTPSPages, ",") != "cnn" {
+		t.Fatalf("HTTPS pages %v, want cnn", v.HTTPSPages)
+	}
+	only := v.Only(func(p string) bool { return p != "cnn" })
+	s, ok := only.Summarize("url", "direct")
+	if !ok || s.Pages != 1 || math.Abs(s.PLTMeanRatio-8000.0/11000) > 1e-9 {
+		t.Errorf("summary over http pages: %+v, want yahoo alone (ratio %v)", s, 8000.0/11000)
+	}
+	md := string(Markdown(r, nil))
+	i := strings.Index(md, "**Over the 1 pages whose document loaded over http.** 1 pages loaded their document over https in some load (cnn)")
+	if i < 0 {
+		t.Fatalf("no table over the http pages:\n%s", md)
+	}
+	if row := "| url | direct | 1 | -27.3 %"; !strings.Contains(md[i:], row) {
+		t.Errorf("the table over the http pages has no row %q:\n%s", row, md[i:])
+	}
+}
+
 func TestMarkdownGolden(t *testing.T) {
 	r := synthetic()
 	md := Markdown(r, map[string][]string{"paper-average": {"paper-average-fig6-plt.png"}})

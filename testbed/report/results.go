@@ -32,6 +32,11 @@ type Record struct {
 	Page    string `json:"page"`    // corpus page name
 	URL     string `json:"url"`     // top-level URL loaded
 	Seq     int    `json:"seq"`     // position of the page in its session, 0-based
+	// DocScheme is the scheme the top-level document loaded over
+	// (browser.Page.DocURL): "https" for an http:// page that Chromium
+	// upgraded (HSTS preload), which pepd only splices, so every mode
+	// loads it as direct does; "" in results from before it was recorded.
+	DocScheme string `json:"doc_scheme,omitempty"`
 	// Scheme and Shards are the VIP URLs' scheme and k in url modes
 	// (http and 1 for url, https and k for url-https-kN; empty and 0
 	// elsewhere); VIPProto is the protocol most of the page's responses

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -110,6 +111,20 @@ type View struct {
 	Runs    []int
 	Totals  map[string]ModeTotals
 	Stats   map[[2]string]PageStats // key: page, mode
+	// HTTPSPages are the pages whose document loaded over https in some
+	// record (Record.DocScheme), in Pages order: Chromium upgraded their
+	// http:// URL (HSTS preload), and pepd, which never decrypts, loads
+	// them as direct does in every mode.
+	HTTPSPages []string
+}
+
+// Only returns v with its pages limited to those keep reports true for
+// (the per-page statistics and Totals are v's own: Totals stay over every
+// page).
+func (v View) Only(keep func(page string) bool) View {
+	v.Pages = slices.DeleteFunc(slices.Clone(v.Pages), func(p string) bool { return !keep(p) })
+	v.HTTPSPages = slices.DeleteFunc(slices.Clone(v.HTTPSPages), func(p string) bool { return !keep(p) })
+	return v
 }
 
 // Views groups r's records by profile (in the configuration's order, then
@@ -172,6 +187,17 @@ func newView(p ProfileInfo, recs []Record) View {
 	v.Modes = modeOrder(v.Modes)
 	sort.Ints(v.Runs)
 	sort.SliceStable(v.Pages, func(i, j int) bool { return pageSeq[v.Pages[i]] < pageSeq[v.Pages[j]] })
+	https := map[string]bool{}
+	for _, r := range recs {
+		if r.DocScheme == "https" {
+			https[r.Page] = true
+		}
+	}
+	for _, pg := range v.Pages {
+		if https[pg] {
+			v.HTTPSPages = append(v.HTTPSPages, pg)
+		}
+	}
 
 	for _, m := range v.Modes {
 		t := ModeTotals{Mode: m}

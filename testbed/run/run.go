@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -192,7 +193,7 @@ func (e *experiment) record(s session, seq int, pg *corpus.Page, p browser.Page,
 		Mode: s.mode, Profile: s.profile, Run: s.run, Page: pg.Name, URL: pg.URL, Seq: seq,
 		Loaded: p.Loaded, Error: p.Err, PLTms: ms(p.PLT), DCLms: ms(p.DCL), TTFBms: ms(p.TTFB), FCPms: ms(p.FCP), LCPms: ms(p.LCP), LCPURL: p.LCPURL,
 		Bytes: p.Bytes, Requests: p.Requests, Failed: p.Failed, HTTPErrors: p.HTTPErrors,
-		DocHosts: len(p.DocHosts), Hosts: len(p.Hosts),
+		DocHosts: len(p.DocHosts), Hosts: len(p.Hosts), DocScheme: scheme(p.DocURL),
 		BrowserConns: p.Conns, BrowserVIPConns: p.ConnsByIP[vip.String()], BrowserConnsReused: p.ConnsReused,
 		SYNCount: int(lc.Up.SYNs), DNSQueries: int(lc.Up.DNSQueries), DNSRepeats: int(lc.Up.DNSRepeats),
 		LinkUpBytes: int64(lc.Up.Bytes), LinkDnBytes: int64(lc.Down.Bytes), LinkDrops: int(lc.Up.Drops + lc.Down.Drops),
@@ -596,4 +597,14 @@ func sortRecords(recs []report.Record, profiles []string) {
 func originCompress(s string) origin.Compress {
 	c, _ := origin.ParseCompress(s) // Validate checked it
 	return c
+}
+
+// scheme is the scheme of a URL, lower case ("http", "https"); "" when
+// it has none or does not parse.
+func scheme(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	return u.Scheme
 }
