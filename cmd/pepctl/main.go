@@ -7,7 +7,7 @@
 //	pepctl [-admin 127.0.0.1:9090] hints [on|off]       print or switch the dependency hints
 //	pepctl [-admin 127.0.0.1:9090] cache                the cache's status (GET /cache)
 //	pepctl optimize-image [-target S] [-o out.webp] FILE...  run pepd's image transform on files
-//	pepctl optimize-text [-o out.gz] FILE                  run pepd's text transform on a file
+//	pepctl optimize-text [-brotli Q] [-o out] FILE         run pepd's text transform on a file
 //	pepctl rewrite-html -vip IP -base URL < in.html > out.html
 //	pepctl squid-conf [-config pepd.yaml] [-template configs/squid.conf] [flags] > squid.conf
 package main
@@ -15,6 +15,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -44,7 +45,7 @@ const usage = `usage:
   pepctl [-admin ADDR[,ADDR...]] cache [-json]
         (several admin addresses: every gateway of an array, each line prefixed by its address)
   pepctl optimize-image [-target S] [-tile-floor S] [-quality N] [-max-pixels N] [-o out.webp] FILE...
-  pepctl optimize-text [-o out.gz] FILE
+  pepctl optimize-text [-brotli Q] [-o out] FILE   (a gzipped FILE is taken as an origin's gzip body)
   pepctl rewrite-html -vip IP -base URL < in.html > out.html
   pepctl squid-conf [-config pepd.yaml] [-template configs/squid.conf] [options] > squid.conf
 `
@@ -226,7 +227,7 @@ func (c *client) print(w io.Writer, method, path, body string) error {
 }
 
 // optimizeFile runs exactly pepd's transform (optimize.Image or
-// optimize.Gzip, with optimize.* defaults or the flags) on files, writes
+// optimize.Text, with optimize.* defaults or the flags) on files, writes
 // the result with -o (one file) and prints, per file, the sizes and the
 // outcome: for an image the WebP chosen (lossless, or the lossy quality),
 // the SSIM it reached against the original and its lowest 32x32 tile, the
@@ -242,6 +243,7 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 	fs.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "pixel limit (optimize.max_pixels)")
 	fs.Float64Var(&o.MinSaving, "min-saving", o.MinSaving, "the fraction a result must save to be served (optimize.min_saving)")
 	out := fs.String("o", "", "write the body pepd would serve here (the input itself when it would pass untouched); one FILE only")
+	brotliQ := fs.Int("brotli", optimize.DefaultBrotliQuality, "optimize-text: brotli quality 1-11, as for a request whose Accept-Encoding names br (optimize.brotli_quality); 0: gzip")
 	avif := fs.Bool("avif", false, "also the AVIF search, as for a request whose Accept names image/avif (optimize.avif): served, and written with -o, when smaller than the WebP")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -250,6 +252,9 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "usage: pepctl %s [flags] FILE (optimize-image: FILE..., -o with one FILE)\n", cmd)
 		fs.PrintDefaults()
 		return errUsage
+	}
+	if *brotliQ < 0 || *brotliQ > 11 {
+		return fmt.Errorf("-brotli %d out of range (0-11; 0: gzip)", *brotliQ)
 	}
 	if o.Target < 0 || o.Target > 1 || o.TileFloor < 0 || o.TileFloor > 1 || o.Quality < 1 || o.Quality > 100 {
 		return fmt.Errorf("-target %v, -tile-floor %v (0-1) or -quality %d (1-100) out of range", o.Target, o.TileFloor, o.Quality)
@@ -291,8 +296,19 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		} else {
-			body, skip = optimize.Gzip(in, o.MinSaving)
-			what = "gzip"
+			enc, coding := "", optimize.CodingGzip
+			if bytes.HasPrefix(in, []byte{0x1f, 0x8b}) {
+				enc = optimize.CodingGzip // gzip's magic (RFC 1952 §2.3.1): an origin's gzip body
+			}
+			if *brotliQ > 0 {
+				coding = optimize.CodingBrotli
+			}
+			start := time.Now()
+			body, skip = optimize.Text(in, enc, coding, *brotliQ, int64(optimize.DefaultConfig().MaxBodyBytes))
+			what = fmt.Sprintf("%s -> %s, %.1f ms", cmp.Or(enc, "plain"), coding, float64(time.Since(start).Microseconds())/1000)
+			if skip != "" {
+				what = " (" + what + ")"
+			}
 		}
 		if skip != "" {
 			fmt.Fprintf(stdout, "%s: %d bytes, passes untouched: %s%s\n", name, len(in), skip, what)

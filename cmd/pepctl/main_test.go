@@ -2,14 +2,18 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/andybalholm/brotli"
 
 	"pep/internal/admin"
 	"pep/internal/cachepolicy"
@@ -297,4 +301,60 @@ func TestOptimizeImage(t *testing.T) {
 	if code := run([]string{"optimize-image", "-o", out, dir + "photo.jpg", dir + "palette.png"}, nil, &stdout, &stderr); code != 2 {
 		t.Errorf("-o with two files: exit %d, want 2 (usage)", code)
 	}
+}
+
+// TestOptimizeText: pepctl optimize-text runs pepd's text transform on a
+// real script, plain and as an origin's level-1 gzip: brotli by default,
+// gzip with -brotli 0, and -o writes a body that decodes to the script.
+func TestOptimizeText(t *testing.T) {
+	js, err := os.ReadFile("../../testbed/corpus/default/site/britannica/js.eb.com/eb/js/underscore-min.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	plain, gz, out := filepath.Join(dir, "u.js"), filepath.Join(dir, "u.js.gz"), filepath.Join(dir, "out")
+	var b bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&b, 1)
+	zw.Write(js)
+	zw.Close()
+	if err := os.WriteFile(plain, js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gz, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+		dec  func([]byte) io.Reader
+	}{
+		{[]string{plain}, "plain -> br", func(b []byte) io.Reader { return brotli.NewReader(bytes.NewReader(b)) }},
+		{[]string{gz}, "gzip -> br", func(b []byte) io.Reader { return brotli.NewReader(bytes.NewReader(b)) }},
+		{[]string{"-brotli", "0", gz}, "gzip -> gzip", gunzipReader},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"optimize-text", "-o", out}, tc.args...)
+		if code := run(args, nil, &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), tc.want) {
+			t.Errorf("%v: output %q lacks %q", tc.args, stdout.String(), tc.want)
+		}
+		body, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := io.ReadAll(tc.dec(body)); err != nil || !bytes.Equal(got, js) {
+			t.Errorf("%v: -o body does not decode to the script (%v)", tc.args, err)
+		}
+	}
+}
+
+// gunzipReader reads a gzip body; a body that is not gzip reads as empty.
+func gunzipReader(b []byte) io.Reader {
+	r, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return bytes.NewReader(nil)
+	}
+	return r
 }
