@@ -91,13 +91,18 @@ func startServerWorld(t *testing.T, o Options, handlers map[string]http.HandlerF
 }
 
 // get sends a marked GET for path as Squid does for a request pepd
-// marked, with a browser's Accept and Accept-Encoding.
+// marked, with a browser's Accept and Accept-Encoding over http.
 func (w *serverWorld) get(t *testing.T, path string) (*http.Response, []byte, error) {
+	return w.getEncoded(t, path, "gzip, deflate")
+}
+
+// getEncoded is get with the Accept-Encoding ae.
+func (w *serverWorld) getEncoded(t *testing.T, path, ae string) (*http.Response, []byte, error) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", w.base+path, nil)
 	req.Header.Set(MarkHeader, "1")
 	req.Header.Set("Accept", "image/avif,image/webp,image/apng,image/*,*/*;q=0.8")
-	req.Header.Set("Accept-Encoding", "gzip, deflate")
+	req.Header.Set("Accept-Encoding", ae)
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return nil, nil, err
@@ -389,15 +394,7 @@ func TestServerText(t *testing.T) {
 	const chromeHTTPS, chromeHTTP = "gzip, deflate, br, zstd", "gzip, deflate"
 	get := func(t *testing.T, w *serverWorld, path, ae string) (*http.Response, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", w.base+path, nil)
-		req.Header.Set(MarkHeader, "1")
-		req.Header.Set("Accept-Encoding", ae)
-		resp, err := w.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
+		resp, b, err := w.getEncoded(t, path, ae)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -406,63 +403,58 @@ func TestServerText(t *testing.T) {
 		}
 		return resp, b
 	}
-	unbrotli := func(t *testing.T, b []byte) []byte {
+	// decoded is a body in its coding, decoded; a body that does not
+	// decode fails the test.
+	decoded := func(t *testing.T, coding string, b []byte) []byte {
 		t.Helper()
-		plain, err := io.ReadAll(brotli.NewReader(bytes.NewReader(b)))
-		if err != nil {
-			t.Fatalf("brotli body does not decode: %v", err)
+		var r io.Reader = brotli.NewReader(bytes.NewReader(b))
+		if coding == CodingGzip {
+			zr, err := gzip.NewReader(bytes.NewReader(b))
+			if err != nil {
+				t.Fatalf("gzip body does not decode: %v", err)
+			}
+			r = zr
 		}
-		return plain
-	}
-	gunzipT := func(t *testing.T, b []byte) []byte {
-		t.Helper()
-		zr, err := gzip.NewReader(bytes.NewReader(b))
+		plain, err := io.ReadAll(r)
 		if err != nil {
-			t.Fatalf("gzip body does not decode: %v", err)
-		}
-		plain, err := io.ReadAll(zr)
-		if err != nil {
-			t.Fatalf("gzip body does not decode: %v", err)
+			t.Fatalf("%s body does not decode: %v", coding, err)
 		}
 		return plain
 	}
 	w := startServerWorld(t, Options{BrotliQuality: DefaultBrotliQuality, Deadline: testenv.Scale(time.Minute)}, handlers)
 
-	t.Run("plain to brotli", func(t *testing.T) {
-		resp, b := get(t, w, "/plain.js", chromeHTTPS)
-		if ce := resp.Header.Get("Content-Encoding"); ce != CodingBrotli {
-			t.Fatalf("Content-Encoding %q, want br", ce)
-		}
-		if !bytes.Equal(unbrotli(t, b), js) {
-			t.Fatal("the brotli body is not the script")
-		}
-		if et := resp.Header.Get("ETag"); et != `W/"u1.pep-br"` {
-			t.Errorf("ETag %q, want the variant's weak tag", et)
-		}
-		t.Logf("%d bytes plain, %d brotli", len(js), len(b))
-	})
-
-	t.Run("origin's gzip to brotli", func(t *testing.T) {
-		resp, b := get(t, w, "/gzip.js", chromeHTTPS)
-		if ce := resp.Header.Get("Content-Encoding"); ce != CodingBrotli {
-			t.Fatalf("Content-Encoding %q, want br", ce)
-		}
-		if !bytes.Equal(unbrotli(t, b), js) {
-			t.Fatal("the brotli body is not the script")
-		}
-		if float64(len(b)) > float64(gz.Len())*(1-MinTextSaving) {
-			t.Errorf("%d bytes of brotli against %d of gzip: served though under MinTextSaving", len(b), gz.Len())
-		}
-		t.Logf("%d bytes gzip level 1, %d brotli quality %d", gz.Len(), len(b), DefaultBrotliQuality)
-	})
+	for _, tc := range []struct {
+		name, path, etag string
+		sent             int
+	}{
+		{"plain to brotli", "/plain.js", `W/"u1.pep-br"`, len(js)},
+		{"origin's gzip to brotli", "/gzip.js", `W/"u1.pep-br"`, gz.Len()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := get(t, w, tc.path, chromeHTTPS)
+			if ce := resp.Header.Get("Content-Encoding"); ce != CodingBrotli {
+				t.Fatalf("Content-Encoding %q, want br", ce)
+			}
+			if !bytes.Equal(decoded(t, CodingBrotli, b), js) {
+				t.Fatal("the brotli body is not the script")
+			}
+			if float64(len(b)) > float64(tc.sent)*(1-MinTextSaving) {
+				t.Errorf("%d bytes of brotli against %d sent: served though under MinTextSaving", len(b), tc.sent)
+			}
+			if et := resp.Header.Get("ETag"); et != tc.etag {
+				t.Errorf("ETag %q, want the variant's weak tag %s", et, tc.etag)
+			}
+			t.Logf("%d bytes sent, %d brotli quality %d", tc.sent, len(b), DefaultBrotliQuality)
+		})
+	}
 
 	t.Run("gzip only", func(t *testing.T) {
 		resp, b := get(t, w, "/plain.js", chromeHTTP)
-		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(gunzipT(t, b), js) {
+		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(decoded(t, CodingGzip, b), js) {
 			t.Fatalf("plain script: Content-Encoding %q, want gzip of the script", resp.Header.Get("Content-Encoding"))
 		}
 		resp, b = get(t, w, "/gzip.js", chromeHTTP)
-		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(gunzipT(t, b), js) {
+		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(decoded(t, CodingGzip, b), js) {
 			t.Fatalf("origin's gzip: Content-Encoding %q, want gzip of the script", resp.Header.Get("Content-Encoding"))
 		}
 		if float64(len(b)) > float64(gz.Len())*(1-MinTextSaving) {
@@ -498,7 +490,7 @@ func TestServerText(t *testing.T) {
 			t.Fatalf("plain script: Content-Encoding %q, want gzip", resp.Header.Get("Content-Encoding"))
 		}
 		resp, b = get(t, w, "/gzip.js", chromeHTTPS)
-		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(gunzipT(t, b), js) {
+		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(decoded(t, CodingGzip, b), js) {
 			t.Fatalf("origin's gzip: Content-Encoding %q, want gzip of the script", resp.Header.Get("Content-Encoding"))
 		}
 	})
