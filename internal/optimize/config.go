@@ -36,7 +36,7 @@ type Config struct {
 	// BrotliQuality is the brotli quality, 1-11, of text sent to a
 	// request whose Accept-Encoding names br (Chromium names it over
 	// HTTPS only: the VIP's HTTPS origin), text the origin gzipped
-	// included; 0: gzip only, of text sent without a content coding.
+	// included; 0: gzip only (level 9, of plain or gzipped text).
 	// Default DefaultBrotliQuality (5).
 	BrotliQuality int `yaml:"brotli_quality"`
 	// MaxPixels bounds width*height of an image to decode. Default

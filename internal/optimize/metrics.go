@@ -25,15 +25,15 @@ type Metrics struct {
 // NewMetrics registers the optimizer's series with reg:
 //
 //	pep_optimize_bytes_total{transform,type,direction}  body bytes into and out of transforms that were served
-//	pep_optimize_transforms_total{transform,type}        transformed bodies served (webp, gzip; by original type)
+//	pep_optimize_transforms_total{transform,type}        transformed bodies served (webp, avif, gzip, br; by original type)
 //	pep_optimize_skipped_total{reason}                   bodies passed untouched, by Skip* reason
-//	pep_optimize_transform_seconds{transform}            time in a transform (libvips, gzip), seconds
+//	pep_optimize_transform_seconds{transform}            time in a transform (libvips; gzip or brotli), seconds
 //	pep_optimize_queue_depth                             transforms waiting for a worker
 //	pep_optimize_served_total{transform,cache}           transformed variants sent to subscribers, Squid hit or miss
 //	pep_optimize_results_reused_total{transform}         misses answered from a finished transform (deferred before), no transform run
 //	pep_optimize_avif_total{outcome}                     image requests that accept AVIF, by outcome (AVIFServed, AVIFLarger, AVIFPending, AVIFOverload)
 //	pep_optimize_avif_queue_depth                        AVIF searches waiting for an AVIF worker
-//	pep_optimize_backlog_seconds{transform}              estimated work of the WebP (webp) or gzip transforms waiting and running, seconds (what SkipBacklog predicts from)
+//	pep_optimize_backlog_seconds{transform}              estimated work of the WebP (webp) or text (gzip: gzip and brotli) transforms waiting and running, seconds (what SkipBacklog predicts from)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "bytes_total",
@@ -56,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		avifDepth: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "avif_queue_depth",
 			Help: "AVIF searches waiting for an AVIF worker."}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "backlog_seconds",
-			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by transform (webp, gzip)."}, []string{"transform"}),
+			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by pool (webp; gzip: the text transforms, gzip and brotli)."}, []string{"transform"}),
 	}
 	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog} {
 		if err := reg.Register(c); err != nil {

@@ -27,9 +27,9 @@ const (
 // save on 3G (README "Text").
 const DefaultBrotliQuality = 5
 
-// TextTypes are the media types the text transform gzips when the origin
-// sent them uncompressed (issue 11: html, css, js, json, svg, xml): the
-// types nginx's gzip_types usually names.
+// TextTypes are the media types the text transform re-encodes (issue 11:
+// html, css, js, json, svg, xml): the types nginx's gzip_types usually
+// names.
 var TextTypes = map[string]bool{
 	"text/html": true, "text/css": true, "text/javascript": true, "application/javascript": true,
 	"application/x-javascript": true, "application/json": true, "image/svg+xml": true,
@@ -104,7 +104,8 @@ var brotliWriters [brotli.BestCompression + 1]sync.Pool
 // becomes level 9, or brotli. A gzip body is decoded first, to at most
 // maxBytes. It returns the new body, or a skip reason and nil: SkipSmall
 // under MinTextBytes decoded, SkipNotSmaller, SkipUndecodable (a gzip
-// body that does not decode or exceeds max: it passes as sent). Safe for
+// body that does not decode or decodes to over maxBytes: it passes as
+// sent). Safe for
 // concurrent use.
 func Text(body []byte, enc, coding string, quality int, maxBytes int64) (out []byte, skip string) {
 	plain := body
