@@ -241,7 +241,7 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&o.TileFloor, "tile-floor", o.TileFloor, "SSIM every 32x32 tile of a lossy WebP reaches, 0-1 (optimize.ssim_tile_floor)")
 	fs.IntVar(&o.Quality, "quality", o.Quality, "the fixed rule's WebP quality of JPEG photos, 1-100 (optimize.quality)")
 	fs.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "pixel limit (optimize.max_pixels)")
-	fs.Float64Var(&o.MinSaving, "min-saving", o.MinSaving, "the fraction a result must save to be served (optimize.min_saving)")
+	fs.Float64Var(&o.MinSaving, "min-saving", o.MinSaving, "the fraction an image's result must save to be served (optimize.min_saving; text: optimize.MinTextSaving, 3 %)")
 	out := fs.String("o", "", "write the body pepd would serve here (the input itself when it would pass untouched); one FILE only")
 	brotliQ := fs.Int("brotli", optimize.DefaultBrotliQuality, "optimize-text: brotli quality 1-11, as for a request whose Accept-Encoding names br (optimize.brotli_quality); 0: gzip")
 	avif := fs.Bool("avif", false, "also the AVIF search, as for a request whose Accept names image/avif (optimize.avif): served, and written with -o, when smaller than the WebP")

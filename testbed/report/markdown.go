@@ -228,6 +228,8 @@ func writeFig5(b *bytes.Buffer, v View) {
 // same mode without the optimizer and each +warm mode against the same
 // mode on a cold cache: the figures a comparison is judged by,
 // with the pages slower than the reference by more than its spread.
+// When some pages loaded their document over https (View.HTTPSPages), it
+// names them and gives the table again over the other pages.
 func writeSummary(b *bytes.Buffer, v View) {
 	rows := summaryRows(v)
 	if len(rows) == 0 {
