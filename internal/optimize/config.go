@@ -42,7 +42,8 @@ type Config struct {
 	// MaxPixels bounds width*height of an image to decode. Default
 	// DefaultMaxPixels (40e6).
 	MaxPixels int64 `yaml:"max_pixels"`
-	// MinSaving is the fraction a transform must save to be served, in
+	// MinSaving is the fraction an image transform must save to be served
+	// (text: MinTextSaving), in
 	// [0, 1). Default 0.10.
 	MinSaving float64 `yaml:"min_saving"`
 	// MaxBodyBytes bounds a body buffered for a transform, at least 1 KiB.
