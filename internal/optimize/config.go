@@ -43,8 +43,7 @@ type Config struct {
 	// DefaultMaxPixels (40e6).
 	MaxPixels int64 `yaml:"max_pixels"`
 	// MinSaving is the fraction an image transform must save to be served
-	// (text: MinTextSaving), in
-	// [0, 1). Default 0.10.
+	// (text: MinTextSaving), in [0, 1). Default 0.10.
 	MinSaving float64 `yaml:"min_saving"`
 	// MaxBodyBytes bounds a body buffered for a transform, at least 1 KiB.
 	// Default 8MiB.
