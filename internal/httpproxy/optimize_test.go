@@ -421,13 +421,24 @@ func TestOptimizerThroughSquid(t *testing.T) {
 			case strings.Contains(ae, "br") && ce == "br":
 				r = brotli.NewReader(bytes.NewReader(b))
 			case !strings.Contains(ae, "br") && ce == "gzip":
-				r, _ = gzip.NewReader(bytes.NewReader(b))
+				zr, err := gzip.NewReader(bytes.NewReader(b))
+				if err != nil {
+					t.Fatalf("request %d: gzip body: %v", i, err)
+				}
+				r = zr
 			default:
 				t.Fatalf("request %d, Accept-Encoding %q: Content-Encoding %q", i, ae, ce)
 			}
 			if plain, err := io.ReadAll(r); err != nil || !bytes.Equal(plain, w.o.files["/both.css"].body) {
 				t.Fatalf("request %d, Accept-Encoding %q: body does not decode to the text (%v)", i, ae, err)
 			}
+		}
+		// One origin fetch per variant: the third request was Squid's hit.
+		w.o.mu.Lock()
+		hits := w.o.hits["/both.css"]
+		w.o.mu.Unlock()
+		if hits != 2 {
+			t.Errorf("the origin served /both.css %d times, want 2 (one per variant, the third from Squid)", hits)
 		}
 	})
 
