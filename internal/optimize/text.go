@@ -64,14 +64,9 @@ var gzipWriters = sync.Pool{New: func() any {
 	return w
 }}
 
-// Gzip compresses a text body with klauspost/compress's gzip (RFC 1952).
-// It returns the input and a skip reason when the body is under
-// MinTextBytes or the result would not be at least minSaving smaller.
-// Safe for concurrent use.
-func Gzip(in []byte, minSaving float64) (out []byte, skip string) {
-	if len(in) < MinTextBytes {
-		return in, SkipSmall
-	}
+// encodeGzip compresses a text body with klauspost/compress's gzip (RFC
+// 1952) at GzipLevel. Safe for concurrent use.
+func encodeGzip(in []byte) []byte {
 	var buf bytes.Buffer
 	buf.Grow(len(in) / 3)
 	w := gzipWriters.Get().(*gzip.Writer)
@@ -79,10 +74,7 @@ func Gzip(in []byte, minSaving float64) (out []byte, skip string) {
 	w.Write(in) // a bytes.Buffer does not fail
 	w.Close()
 	gzipWriters.Put(w)
-	if float64(buf.Len()) > float64(len(in))*(1-minSaving) {
-		return in, SkipNotSmaller
-	}
-	return buf.Bytes(), ""
+	return buf.Bytes()
 }
 
 // MinTextSaving is the fraction of a text body as sent that Text must
@@ -119,9 +111,7 @@ func Text(body []byte, enc, coding string, quality int, maxBytes int64) (out []b
 		return nil, SkipSmall
 	}
 	if coding == CodingGzip {
-		if out, skip = Gzip(plain, 0); skip != "" {
-			return nil, skip
-		}
+		out = encodeGzip(plain)
 	} else {
 		quality = min(max(quality, brotli.BestSpeed), brotli.BestCompression)
 		var buf bytes.Buffer
