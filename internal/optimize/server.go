@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"pep/internal/coding"
 )
 
 // MarkHeader is the request header pepd adds when a request may be
@@ -349,14 +351,17 @@ func variantETag(etag, t string) string {
 	return "W/" + etag[:len(etag)-1] + etagSuffix + t + `"`
 }
 
-// contentCoding returns a response's Content-Encoding in lower case, ""
-// for none or identity; "x-gzip" is "gzip" (RFC 9110 §8.4.1.3).
+// contentCoding returns a response's content coding (coding.Of): ""
+// for none or identity, "x-gzip" as "gzip" (RFC 9110 §8.4.1.3), "several"
+// for more than one Content-Encoding field.
 func contentCoding(h http.Header) string {
-	ce := strings.ToLower(strings.TrimSpace(h.Get("Content-Encoding")))
-	switch ce {
-	case "identity":
+	ce, several := coding.Of(h)
+	switch {
+	case several:
+		return "several"
+	case ce == "identity":
 		return ""
-	case "x-gzip":
+	case ce == "x-gzip":
 		return CodingGzip
 	}
 	return ce

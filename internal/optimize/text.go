@@ -2,14 +2,14 @@ package optimize
 
 import (
 	"bytes"
-	"fmt"
-	"io"
 	"mime"
 	"strings"
 	"sync"
 
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/gzip"
+
+	"pep/internal/coding"
 )
 
 // The content codings of the text transform (RFC 9110 §8.4.1; brotli is
@@ -90,7 +90,7 @@ const MinTextSaving = 0.03
 var brotliWriters [brotli.BestCompression + 1]sync.Pool
 
 // Text is the text transform: it re-encodes body, whose content coding
-// is enc ("" or "gzip"), in coding (CodingGzip at GzipLevel, or
+// is enc ("" or "gzip"), in the coding to (CodingGzip at GzipLevel, or
 // CodingBrotli at quality 0-11), for a response that must come out at
 // least MinTextSaving smaller than body as sent: an origin's level-1 gzip
 // becomes level 9, or brotli. A gzip body is decoded first, to at most
@@ -99,18 +99,18 @@ var brotliWriters [brotli.BestCompression + 1]sync.Pool
 // body that does not decode or decodes to over maxBytes: it passes as
 // sent). Safe for
 // concurrent use.
-func Text(body []byte, enc, coding string, quality int, maxBytes int64) (out []byte, skip string) {
+func Text(body []byte, enc, to string, quality int, maxBytes int64) (out []byte, skip string) {
 	plain := body
 	if enc != "" {
 		var err error
-		if plain, err = gunzip(body, maxBytes); err != nil {
+		if plain, _, err = coding.Decode(enc, body, maxBytes); err != nil {
 			return nil, SkipUndecodable
 		}
 	}
 	if len(plain) < MinTextBytes {
 		return nil, SkipSmall
 	}
-	if coding == CodingGzip {
+	if to == CodingGzip {
 		out = encodeGzip(plain)
 	} else {
 		quality = min(max(quality, brotli.BestSpeed), brotli.BestCompression)
@@ -131,20 +131,4 @@ func Text(body []byte, enc, coding string, quality int, maxBytes int64) (out []b
 		return nil, SkipNotSmaller
 	}
 	return out, ""
-}
-
-// gunzip decodes a gzip body (RFC 1952) to at most max bytes.
-func gunzip(body []byte, max int64) ([]byte, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	plain, err := io.ReadAll(io.LimitReader(zr, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(plain)) > max {
-		return nil, fmt.Errorf("optimize: gzip body over %d bytes decoded", max)
-	}
-	return plain, nil
 }

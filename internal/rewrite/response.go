@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/andybalholm/brotli"
+
+	"pep/internal/coding"
 )
 
 // Reason says why Response left a body as it came. The values are the
@@ -117,16 +119,12 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL) Result {
 		res.Reason = ReasonCharset
 		return res
 	}
-	codings := resp.Header.Values("Content-Encoding")
-	coding := ""
-	if len(codings) > 1 {
+	ce, several := coding.Of(resp.Header)
+	if several {
 		res.Reason = ReasonEncoding
 		return res
 	}
-	if len(codings) == 1 {
-		coding = strings.ToLower(strings.TrimSpace(codings[0]))
-	}
-	switch coding {
+	switch ce {
 	case "", "identity", "gzip", "x-gzip", "deflate", "br":
 	default:
 		res.Reason = ReasonEncoding
@@ -158,12 +156,12 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL) Result {
 		return res
 	}
 
-	plain, rawDeflate, err := decode(coding, orig, max)
+	plain, rawDeflate, err := coding.Decode(ce, orig, max)
 	if err != nil {
-		if errors.Is(err, errTooLarge) {
+		if errors.Is(err, coding.ErrTooLarge) {
 			return passOrig(ReasonTooLarge)
 		}
-		r.log.Debug("body does not decode", "coding", coding, "url", doc, "err", err)
+		r.log.Debug("body does not decode", "coding", ce, "url", doc, "err", err)
 		return passOrig(ReasonCorrupt)
 	}
 	if !asciiCompatibleBody(plain) {
@@ -186,7 +184,7 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL) Result {
 	if res.Stats.URLs == 0 {
 		return passOrig(ReasonUnchanged)
 	}
-	enc, err := r.encode(coding, rawDeflate, out)
+	enc, err := r.encode(ce, rawDeflate, out)
 	if err != nil {
 		return passOrig(ReasonCorrupt)
 	}
@@ -243,43 +241,6 @@ func asciiCompatibleBody(b []byte) bool {
 		b = b[:1024]
 	}
 	return bytes.IndexByte(b, 0) < 0
-}
-
-var errTooLarge = errors.New("rewrite: decoded body too large")
-
-// decode undoes a content coding, refusing output over max bytes.
-func decode(coding string, b []byte, max int64) (plain []byte, rawDeflate bool, err error) {
-	var zr io.Reader
-	switch coding {
-	case "", "identity":
-		return b, false, nil
-	case "gzip", "x-gzip":
-		g, err := gzip.NewReader(bytes.NewReader(b))
-		if err != nil {
-			return nil, false, fmt.Errorf("rewrite: gzip: %w", err)
-		}
-		zr = g
-	case "deflate":
-		z, err := zlib.NewReader(bytes.NewReader(b))
-		if err != nil {
-			// RFC 9110 section 8.4.1.2 says zlib; some servers send raw deflate.
-			zr, rawDeflate = flate.NewReader(bytes.NewReader(b)), true
-		} else {
-			zr = z
-		}
-	case "br":
-		zr = brotli.NewReader(bytes.NewReader(b))
-	default:
-		return nil, false, fmt.Errorf("rewrite: content coding %q", coding)
-	}
-	plain, err = io.ReadAll(io.LimitReader(zr, max+1))
-	if err != nil {
-		return nil, false, fmt.Errorf("rewrite: %s: %w", coding, err)
-	}
-	if int64(len(plain)) > max {
-		return nil, false, errTooLarge
-	}
-	return plain, rawDeflate, nil
 }
 
 // encode applies the content coding again.
