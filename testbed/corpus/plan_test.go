@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"pep/internal/dnsproxy/dnsmasqtest"
 )
 
 func TestPlan(t *testing.T) {
@@ -79,19 +81,31 @@ func TestPlanTP5N(t *testing.T) {
 }
 
 // startDnsmasq runs the real dnsmasq with conf on a loopback port and
-// returns its address once it has read its hosts file.
+// returns its address once it has read its hosts file. The port is free
+// for UDP and TCP when chosen (dnsmasqtest.FreePort), but another test
+// process may take it before dnsmasq binds it: then dnsmasq exits with
+// "Address already in use" and a new port is tried, as dnsmasqtest does.
 func startDnsmasq(t *testing.T, conf string) string {
 	t.Helper()
 	bin, err := exec.LookPath("dnsmasq")
 	if err != nil {
 		t.Skip("dnsmasq not installed (apt-get install -y dnsmasq)")
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for attempt := 1; ; attempt++ {
+		addr, msg := runDnsmasq(t, bin, conf)
+		if msg == "" {
+			return addr
+		}
+		if attempt == 5 || !strings.Contains(msg, "Address already in use") {
+			t.Fatalf("dnsmasq exited:\n%s", msg)
+		}
 	}
-	port := pc.LocalAddr().(*net.UDPAddr).Port
-	pc.Close()
+}
+
+// runDnsmasq is one attempt of startDnsmasq: the address, or dnsmasq's
+// output when it exited before reading its hosts file.
+func runDnsmasq(t *testing.T, bin, conf string) (addr, exited string) {
+	port := dnsmasqtest.FreePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	args := []string{"--keep-in-foreground", "--conf-file=" + conf, "--listen-address=127.0.0.1", "--bind-interfaces",
 		"--port=" + strconv.Itoa(port), "--pid-file=", "--log-facility=-"}
@@ -122,12 +136,12 @@ func startDnsmasq(t *testing.T, conf string) string {
 	select {
 	case msg := <-ready:
 		if msg != "" {
-			t.Fatalf("dnsmasq exited:\n%s", msg)
+			return "", msg
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("dnsmasq did not read its hosts file in 10 s")
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), ""
 }
 
 // TestDnsmasqResolver runs the generated configuration in the real dnsmasq:
