@@ -34,7 +34,7 @@ import (
 
 // hintPages are a page whose stylesheet names a font and an image, an
 // uncacheable image, a page with a per-load query, and a page whose image
-// goes stale in a second (fetch ahead).
+// goes stale in two seconds (fetch ahead).
 var hintPages = map[string]page{
 	"www.site.test/hint.html": {ctype: "text/html; charset=utf-8", body: `<!doctype html><html><head>
 <link rel="stylesheet" href="http://static.other.test:PORT/hint.css"></head><body>
@@ -49,7 +49,7 @@ var hintPages = map[string]page{
 	"img.cdn.test/px.gif?r=2":      {ctype: "image/gif", body: "GIF2"},
 	"img.cdn.test/px.gif?r=3":      {ctype: "image/gif", body: "GIF3"},
 	"www.site.test/ahead.html":     {ctype: "text/html", body: "<html><img src=/ahead.png></html>"},
-	"img.cdn.test/ahead.png":       {ctype: "image/png", body: "PNG-ahead", header: map[string]string{"Cache-Control": "max-age=1"}},
+	"img.cdn.test/ahead.png":       {ctype: "image/png", body: "PNG-ahead", header: map[string]string{"Cache-Control": "max-age=2"}},
 }
 
 // hintsWorld is DNS, origin, a real Squid (PROXY protocol) and pepd in
@@ -187,7 +187,7 @@ func TestHintsThroughSquid(t *testing.T) {
 // TestHintsFetchAhead: when a document with hints arrives, pepd asks
 // Squid for the hinted URLs as that subscriber (PROXY protocol: Squid logs
 // the subscriber), so that the browser's own request is a cache hit: the
-// image (max-age 1 s) went stale after the teaching load; the fetch ahead
+// image (max-age 2 s) went stale after the teaching load; the fetch ahead
 // refreshes it from the origin; the browser's request then reaches Squid
 // only (origin count unchanged, TCP_HIT or TCP_MEM_HIT in access.log).
 func TestHintsFetchAhead(t *testing.T) {
@@ -198,9 +198,12 @@ func TestHintsFetchAhead(t *testing.T) {
 	fetch(t, c, doc, navAccept, "", "Mozilla/5.0")
 	fetch(t, c, img, "image/*", doc, "Mozilla/5.0")
 	waitLoads(t, h.Learner, 1)
-	// Squid's freshness has a resolution of a second: 2.1 s makes the
-	// object stale whatever the rounding.
-	time.Sleep(2100 * time.Millisecond)
+	// Squid's freshness has a resolution of a second: 3.1 s makes the
+	// object stale whatever the rounding, and max-age 2 (not 1) keeps the
+	// refreshed copy fresh for the browser's request just after, even
+	// when a second boundary falls between them (CI once saw max-age 1
+	// refreshed twice, 11 ms apart).
+	time.Sleep(3100 * time.Millisecond)
 	c = p.client("127.0.0.14")
 	if links := fetch(t, c, doc, navAccept, "", "Mozilla/5.0"); len(links) != 1 {
 		t.Fatalf("second load's Link %q, want the image", links)
