@@ -280,7 +280,7 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 			case o.Target == 0:
 				what = fmt.Sprintf("%s -> webp q%d (fixed rule, SSIM not measured)", res.Format, res.Quality)
 			default:
-				what = fmt.Sprintf("%s -> webp q%d, SSIM %.4f (lowest 32x32 tile %.4f)", res.Format, res.Quality, res.SSIM, res.WorstTile)
+				what = fmt.Sprintf("%s -> %s q%d, SSIM %.4f (lowest 32x32 tile %.4f)", res.Format, strings.TrimPrefix(res.ContentType, "image/"), res.Quality, res.SSIM, res.WorstTile)
 			}
 			what += fmt.Sprintf(", %d encodes, %.1f ms", res.Encodes, float64(took.Microseconds())/1000)
 			if *avif {

@@ -35,7 +35,7 @@ import (
 const MarkHeader = "Pep-Optimize"
 
 // TransformHeader names the transform a response went through ("webp",
-// "gzip"); the optimizer sets it and Squid stores it with the variant, so
+// "avif", "jpeg", "gzip", "br"); the optimizer sets it and Squid stores it with the variant, so
 // that pepd can count cache hits on transformed variants. pepd removes it
 // before the radio link (header diet).
 const TransformHeader = "Pep-Transform"
@@ -630,6 +630,9 @@ func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency
 	}
 	if r.skip != "" {
 		return nil, "", t, r.skip, pending
+	}
+	if r.ctype == TypeJPEG {
+		t = "jpeg" // Image's JPEG fallback, made by the webp pool
 	}
 	return r.out, r.ctype, t, "", pending
 }

@@ -371,6 +371,34 @@ func TestServerAVIFOverload(t *testing.T) {
 // level 1, and an origin's level 9 as it came; a gzip body that does not
 // decode passes as it came; with brotli off (quality 0) br in
 // Accept-Encoding gets gzip.
+// TestServerJPEGFallback: through the real Server and a real origin, a
+// JPEG that no WebP serves at the target (bannerJPEG) is answered as a
+// smaller JPEG, marked and tagged as its own variant ("jpeg"), Vary
+// Accept as every image variant, and counted as a jpeg transform.
+func TestServerJPEGFallback(t *testing.T) {
+	in := bannerJPEG(t)
+	w := startServerWorld(t, Options{Deadline: testenv.Scale(time.Minute)}, map[string]http.HandlerFunc{
+		"/banner.jpg": serveBytes(TypeJPEG, in, "ETag", `"b1"`),
+	})
+	resp, b, err := w.get(t, "/banner.jpg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != TypeJPEG || Sniff(b) != "jpeg" || len(b) >= len(in) {
+		t.Fatalf("Content-Type %q, %d bytes of %d: want a smaller JPEG", ct, len(b), len(in))
+	}
+	if tr, et := resp.Header.Get(TransformHeader), resp.Header.Get("ETag"); tr != "jpeg" || et != `W/"b1.pep-jpeg"` {
+		t.Errorf("%s %q, ETag %q: want jpeg, W/\"b1.pep-jpeg\"", TransformHeader, tr, et)
+	}
+	if v := resp.Header.Get("Vary"); !strings.Contains(v, "Accept") {
+		t.Errorf("Vary %q: want Accept", v)
+	}
+	if n := testutil.ToFloat64(w.m.transforms.WithLabelValues("jpeg", TypeJPEG)); n != 1 {
+		t.Errorf("pep_optimize_transforms_total{transform=jpeg} %v, want 1", n)
+	}
+	t.Logf("%d -> %d bytes", len(in), len(b))
+}
+
 func TestServerText(t *testing.T) {
 	js, err := os.ReadFile("../../testbed/corpus/default/site/britannica/js.eb.com/eb/js/underscore-min.js")
 	if err != nil {
