@@ -45,8 +45,9 @@ type Config struct {
 	// section, not read from YAML.
 	Origins []string `yaml:"-"`
 	// PlainBlocking writes the URLs of an HTML document's render-blocking
-	// elements, stylesheet links and parser-blocking scripts, under the
-	// plain http://VIP whatever Origins say: they hold the first paint
+	// elements, stylesheet links, a <style> element's @import rules and
+	// parser-blocking scripts, under the plain http://VIP whatever
+	// Origins say: they hold the first paint
 	// back, and an https VIP origin costs them a TLS handshake, one more
 	// radio round trip than TCP alone, on a connection the page cannot
 	// have open yet (connections are partitioned by top-level site). The

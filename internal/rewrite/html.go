@@ -119,7 +119,14 @@ func (d *doc) rewriteHTML(out, b []byte, maxTok int) []byte {
 			repl = d.tag(b, start, end, s.nameEnd)
 		case tokRawText:
 			if s.textOf == "style" {
-				if css, changed := d.u.appendCSS(d.buf[:0], b[start:end], inCSS); changed {
+				// A <style> element's @import rules are render-blocking
+				// stylesheets as a stylesheet link is (CSS Cascading 4
+				// §2; HTML §4.2.6: the element's sheet is pending until
+				// its imports load).
+				d.u.plainImports = d.plainBlocking
+				css, changed := d.u.appendCSS(d.buf[:0], b[start:end], inCSS)
+				d.u.plainImports = false
+				if changed {
 					d.buf = css
 					repl = css
 				}

@@ -179,10 +179,14 @@ type urlRewriter struct {
 	// plain writes the URL being rewritten under the plain http://VIP
 	// origin whatever the Origins (a render-blocking element's, with
 	// Config.PlainBlocking).
-	plain   bool
-	stats   Stats
-	scratch []byte
-	pathBuf []byte
+	plain bool
+	// plainImports puts the @import URLs of the CSS being rewritten under
+	// the plain http://VIP (an HTML <style> element's, with
+	// Config.PlainBlocking: they are render-blocking stylesheets).
+	plainImports bool
+	stats        Stats
+	scratch      []byte
+	pathBuf      []byte
 	// last is the origin of the URL being rewritten (origin), recorded
 	// in stats.SecureOrigins once the URL is written.
 	last string

@@ -209,7 +209,8 @@ func TestOrigins(t *testing.T) {
 // parser-blocking scripts, go under the plain http://VIP, and everything
 // else under its https shard as without it: async, defer and module
 // scripts, images, preloads, inline styles, and the url() of a stylesheet
-// served from the plain VIP (its fonts and images are not render-blocking).
+// served from the plain VIP (its fonts and images are not render-blocking);
+// a <style> element's @import rules are render-blocking, its url()s not.
 // Without PlainBlocking the same document goes wholly to the shards.
 func TestPlainBlocking(t *testing.T) {
 	origins := []string{"https://192.0.2.12", "https://192.0.2.12:8443", "https://vip.example.net:8444"}
@@ -235,6 +236,20 @@ func TestPlainBlocking(t *testing.T) {
 		}
 		if out.String() != c.want {
 			t.Errorf("PlainBlocking %v:\n got %s\nwant %s", c.plainBlocking, out.String(), c.want)
+		}
+		// A <style> element's @import (string or url() form) is a
+		// render-blocking stylesheet; its url() backgrounds are not.
+		out.Reset()
+		style := `<style>@import "http://a.com/i.css"; @import url(http://a.com/j.css) print; b{background:url(http://a.com/b.png)}</style>`
+		if _, err := r.HTML(&out, strings.NewReader(style), mustURL(t, "http://www.foo.com/")); err != nil {
+			t.Fatal(err)
+		}
+		wantStyle := `<style>@import "http://192.0.2.12/a.com/i.css"; @import url(http://192.0.2.12/a.com/j.css) print; b{background:url(https://192.0.2.12/a.com/b.png)}</style>`
+		if !c.plainBlocking {
+			wantStyle = strings.ReplaceAll(wantStyle, "http://192.0.2.12/", "https://192.0.2.12/")
+		}
+		if out.String() != wantStyle {
+			t.Errorf("PlainBlocking %v: style\n got %s\nwant %s", c.plainBlocking, out.String(), wantStyle)
 		}
 		out.Reset()
 		if _, err := r.CSS(&out, strings.NewReader(`@font-face{src:url(/f.woff2)}`), mustURL(t, "http://a.com/s.css")); err != nil {
