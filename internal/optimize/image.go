@@ -270,9 +270,9 @@ var AVIFQualities = []int{10, 20, 30, 40, 50, 55, 60, 65, 70, 75, 80, 85, 90, 95
 // against the decoded original reaches o.Target and whose lowest 32x32
 // tile reaches o.TileFloor (the same measurement as Image's), provided it
 // is smaller than what Image serves for the same input: webp is Image's
-// result for in (with the same o). The AVIF must be smaller than webp.Body
-// when Image serves one (a WebP or its JPEG fallback), and at most len(in)*(1-o.MinSaving) bytes in any
-// case. Pixels are prepared as for Image (EXIF orientation applied, ICC
+// result for in (with the same o). The AVIF must be smaller than
+// webp.Body when Image serves one (a WebP or its JPEG fallback), and at
+// most len(in)*(1-o.MinSaving) bytes in any case. Pixels are prepared as for Image (EXIF orientation applied, ICC
 // or CMYK to sRGB, alpha kept, metadata stripped).
 //
 // The result has ContentType TypeAVIF when an AVIF qualifies; else Body
@@ -419,9 +419,10 @@ var (
 const ProgressiveMinBytes = 10_000
 
 // jpeg encodes the image as a JPEG at quality (libvips jpegsave,
-// libjpeg-turbo; progressive from ProgressiveMinBytes of original) with optimized Huffman tables, metadata
-// stripped and full-resolution chroma (4:4:4): the fallback for a JPEG
-// whose WebP, always 4:2:0 (RFC 9649 §2.5: VP8's YUV 4:2:0), cannot
+// libjpeg-turbo; progressive from ProgressiveMinBytes of original) with
+// optimized Huffman tables, metadata stripped and full-resolution chroma
+// (4:4:4): the fallback for a JPEG whose lossy WebP, always 4:2:0 (lossy
+// WebP is VP8, RFC 9649 §1; VP8 codes YUV 4:2:0, RFC 6386 §2), cannot
 // reach the SSIM target below the original's size, typically small
 // banners with coloured text saved at quality 95-100. Lossless is not
 // offered.

@@ -35,8 +35,8 @@ import (
 const MarkHeader = "Pep-Optimize"
 
 // TransformHeader names the transform a response went through ("webp",
-// "avif", "jpeg", "gzip", "br"); the optimizer sets it and Squid stores it with the variant, so
-// that pepd can count cache hits on transformed variants. pepd removes it
+// "avif", "jpeg", "gzip", "br"); the optimizer sets it and Squid stores
+// it with the variant, so that pepd can count cache hits on transformed variants. pepd removes it
 // before the radio link (header diet).
 const TransformHeader = "Pep-Transform"
 
