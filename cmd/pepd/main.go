@@ -568,7 +568,7 @@ func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
 		return httpproxy.Settings{}, err
 	}
 	rc := c.Rewrite
-	rc.Origins, rc.PlainBlocking, rc.Preconnect = c.HTTPS.Origins(c.VIP), c.HTTPS.PlainBlocking(), c.HTTPS.PreconnectOn()
+	rc.Origins, rc.PlainBlocking = c.HTTPS.Origins(c.VIP), c.HTTPS.PlainBlocking()
 	rw, err := rewrite.New(c.VIP.String(), rc, d.log, d.rwm)
 	if err != nil {
 		return httpproxy.Settings{}, err

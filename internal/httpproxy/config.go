@@ -171,16 +171,11 @@ type HTTPS struct {
 	// HTTP/2 k=1 with the optimizer) it took FCP from 1.14 to 0.91 of
 	// direct's and LCP from 1.12 to 1.01 (testbed/README.md, session 13).
 	RenderBlocking string `yaml:"render_blocking"`
-	// Preconnect sends `Link: <origin>; rel=preconnect` on an HTML
-	// document url mode rewrote, for each https shard its URLs name
-	// (rewrite.Config.Preconnect), when URLs is on: the browser opens the
-	// VIP's TCP and TLS connection as the document arrives. Default true.
-	Preconnect bool `yaml:"preconnect"`
 }
 
 // DefaultHTTPS returns the https section's defaults.
 func DefaultHTTPS() HTTPS {
-	return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Priority: H2RFC7540, RenderBlocking: "http", Preconnect: true}
+	return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Priority: H2RFC7540, RenderBlocking: "http"}
 }
 
 // Validate returns the first invalid field as a *field.Error whose path
@@ -252,10 +247,6 @@ func (h HTTPS) VIPNames() []string {
 // under the plain http://VIP (rewrite.Config.PlainBlocking): URLs on
 // and RenderBlocking "http".
 func (h HTTPS) PlainBlocking() bool { return h.URLs && h.RenderBlocking == "http" }
-
-// PreconnectOn reports whether url mode sends Link preconnect fields for
-// its https shards (rewrite.Config.Preconnect): URLs and Preconnect on.
-func (h HTTPS) PreconnectOn() bool { return h.URLs && h.Preconnect }
 
 // Origins are the origins url mode writes VIP URLs under
 // (rewrite.Config.Origins, hints.Options.Origins): with URLs, one https

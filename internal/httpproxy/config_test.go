@@ -45,18 +45,6 @@ func TestHTTPSOrigins(t *testing.T) {
 			t.Errorf("%+v: PlainBlocking = %v, want %v", c.h, got, c.want)
 		}
 	}
-	// preconnect names the https shards only when url mode writes them.
-	for _, c := range []struct {
-		h    HTTPS
-		want bool
-	}{{HTTPS{URLs: true, Preconnect: true}, true}, {HTTPS{URLs: true}, false}, {HTTPS{Preconnect: true}, false}, {DefaultHTTPS(), false}} {
-		if got := c.h.PreconnectOn(); got != c.want {
-			t.Errorf("%+v: PreconnectOn = %v, want %v", c.h, got, c.want)
-		}
-	}
-	if !DefaultHTTPS().Preconnect {
-		t.Error("https.preconnect is off by default")
-	}
 	if err := (HTTPS{Shards: 1, MaxStreams: 1, MaxStreamsPerSubscriber: 1, Priority: H2RoundRobin, RenderBlocking: "tls"}).Validate(); err == nil ||
 		!strings.Contains(err.Error(), "render_blocking") {
 		t.Errorf("render_blocking tls: %v, want an error naming render_blocking", err)

@@ -56,18 +56,6 @@ type Config struct {
 	// (httpproxy.HTTPS.PlainBlocking, https.render_blocking), not from
 	// YAML.
 	PlainBlocking bool `yaml:"-"`
-	// Preconnect adds `Link: <origin>; rel=preconnect` (RFC 8288; W3C
-	// Resource Hints §3.1) to an HTML response for each https origin of
-	// Origins its rewritten URLs went under (Stats.SecureOrigins), so that
-	// the browser opens the VIP's TCP and TLS connection when the
-	// document's head arrives rather than when its first request for the
-	// VIP leaves Chromium's scheduler, which holds images back until the
-	// head's stylesheets are in (on tp5n over 3G that came 300 ms or more
-	// after the document in 9 % of loads: testbed/README.md, session 17).
-	// The connection is one the page's own URLs use: credentialed, as
-	// images, scripts and stylesheets fetch. pepd sets it from
-	// https.preconnect (httpproxy.HTTPS.Preconnect), not from YAML.
-	Preconnect bool `yaml:"-"`
 }
 
 // Defaults of Config's fields.

@@ -20,10 +20,6 @@ type Stats struct {
 	// percent-encoded or non-ASCII host, a character reference inside the
 	// scheme or host, a path whose ".." climbs above the root.
 	Skipped int
-	// SecureOrigins are the https origins of Config.Origins that
-	// rewritten URLs went under, each once, in the order first used (nil
-	// with http://VIP alone): what Config.Preconnect names.
-	SecureOrigins []string
 	// PassedThrough is set when a single token was longer than
 	// Config.MaxTokenBytes: the document from that token on was copied
 	// unchanged.

@@ -75,9 +75,7 @@ var ResponseHeaders = []string{"Content-Type", "Content-Range", "Content-Encodin
 // send) or br, rewritten, and encoded again with the same coding. On success
 // resp.Body, resp.ContentLength and the Content-Length header carry the new
 // body, Transfer-Encoding is dropped, a strong ETag is made weak (RFC 9110
-// section 8.8.1), Content-MD5 and Accept-Ranges are removed, and with
-// Config.Preconnect an HTML body gets a Link preconnect field per https
-// VIP origin its URLs now name. On anything
+// section 8.8.1), and Content-MD5 and Accept-Ranges are removed. On anything
 // the rewriter cannot handle (Result.Reason) resp.Body yields the original
 // bytes, including those not yet read. Response never closes a body it
 // still hands on; it closes resp.Body after replacing it. If the Rewriter
@@ -200,11 +198,6 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL) Result {
 	}
 	resp.Header.Del("Content-MD5")
 	resp.Header.Del("Accept-Ranges")
-	if r.cfg.Preconnect && res.Kind == "html" {
-		for _, o := range res.Stats.SecureOrigins {
-			resp.Header.Add("Link", "<"+o+">; rel=preconnect")
-		}
-	}
 	res.Rewritten = true
 	res.OutBytes = int64(len(enc))
 	return res

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -283,68 +282,5 @@ func TestResponseReadError(t *testing.T) {
 	got, err := io.ReadAll(resp.Body)
 	if res.Reason != ReasonReadError || !errors.Is(res.Err, boom) || string(got) != pageIn || !errors.Is(err, boom) {
 		t.Errorf("result %+v, body %q, err %v", res, got, err)
-	}
-}
-
-// TestPreconnect: with Config.Preconnect an HTML response gets one Link
-// preconnect field per https shard its rewritten URLs name, in the order
-// first used, each once (two images on one shard, one on another; the
-// render-blocking stylesheet under the plain http://VIP names none).
-// Nothing without Preconnect, for a stylesheet, for a document whose
-// URLs all went under http://VIP, or with no https origins at all.
-func TestPreconnect(t *testing.T) {
-	shards := []string{"https://192.0.2.12", "https://192.0.2.12:8443"}
-	// Which shard each host's FNV-1a hash picks, found by rewriting.
-	probe, err := New("192.0.2.12", Config{Origins: shards}, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	shardOf := map[string]string{}
-	for _, h := range []string{"a.com", "b.com", "c.com", "d.com", "e.com", "f.com"} {
-		var out strings.Builder
-		probe.CSS(&out, strings.NewReader("a{b:url(http://"+h+"/x.png)}"), nil)
-		shardOf[h] = strings.TrimSuffix(strings.SplitAfter(strings.TrimPrefix(out.String(), "a{b:url("), "/"+h+"/")[0], "/"+h+"/")
-	}
-	var one, other string // two hosts on different shards
-	for h, s := range shardOf {
-		if s == shards[0] && one == "" {
-			one = h
-		}
-		if s == shards[1] && other == "" {
-			other = h
-		}
-	}
-	if one == "" || other == "" {
-		t.Fatalf("hosts %v all on one shard", shardOf)
-	}
-	page := `<link rel=stylesheet href="http://` + one + `/s.css"><img src="http://` + other + `/1.png">` +
-		`<img src="http://` + one + `/2.png"><img src="http://` + other + `/3.png">`
-	want := []string{"<" + shards[1] + ">; rel=preconnect", "<" + shards[0] + ">; rel=preconnect"}
-	for _, c := range []struct {
-		name       string
-		cfg        Config
-		ctype, doc string
-		want       []string
-	}{
-		{"html, shards", Config{Origins: shards, PlainBlocking: true, Preconnect: true}, "text/html", page, want},
-		{"preconnect off", Config{Origins: shards, PlainBlocking: true}, "text/html", page, nil},
-		{"css", Config{Origins: shards, Preconnect: true}, "text/css", `a{b:url(http://` + one + `/x.png)}`, nil},
-		{"only render-blocking", Config{Origins: shards, PlainBlocking: true, Preconnect: true}, "text/html", `<link rel=stylesheet href="http://` + one + `/s.css">`, nil},
-		{"http://VIP", Config{Preconnect: true}, "text/html", page, nil},
-	} {
-		r, err := New("192.0.2.12", c.cfg, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {c.ctype}, "Link": {"</x.css>; rel=preload; as=style"}},
-			ContentLength: int64(len(c.doc)), Body: io.NopCloser(strings.NewReader(c.doc))}
-		res := r.Response(resp, mustURL(t, "http://www.foo.com/"))
-		if !res.Rewritten {
-			t.Fatalf("%s: not rewritten (%s)", c.name, res.Reason)
-		}
-		got := resp.Header.Values("Link")
-		if got[0] != "</x.css>; rel=preload; as=style" || !slices.Equal(got[1:], c.want) {
-			t.Errorf("%s: Link %q, want the origin's then %q", c.name, got, c.want)
-		}
 	}
 }

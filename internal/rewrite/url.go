@@ -3,7 +3,6 @@ package rewrite
 import (
 	"bytes"
 	"net/url"
-	"slices"
 	"strings"
 
 	"golang.org/x/net/html"
@@ -187,9 +186,6 @@ type urlRewriter struct {
 	stats        Stats
 	scratch      []byte
 	pathBuf      []byte
-	// last is the origin of the URL being rewritten (origin), recorded
-	// in stats.SecureOrigins once the URL is written.
-	last string
 }
 
 // origin is the VIP origin a URL goes under: picked, the host's shard
@@ -197,21 +193,9 @@ type urlRewriter struct {
 // element (plain).
 func (u *urlRewriter) origin(picked string) string {
 	if u.plain {
-		picked = u.vip.plain
+		return u.vip.plain
 	}
-	u.last = picked
 	return picked
-}
-
-// used records the origin of a URL just written in stats.SecureOrigins
-// when it is an https one (each once: k is at most 16).
-func (u *urlRewriter) used() {
-	o := u.last
-	u.last = ""
-	if !strings.HasPrefix(o, "https://") || slices.Contains(u.stats.SecureOrigins, o) {
-		return
-	}
-	u.stats.SecureOrigins = append(u.stats.SecureOrigins, o)
 }
 
 // appendURL appends the VIP form of the URL in raw to dst. raw is the whole
@@ -222,7 +206,6 @@ func (u *urlRewriter) appendURL(dst, raw []byte, ctx context) ([]byte, bool) {
 	switch res {
 	case urlOK:
 		u.stats.URLs++
-		u.used()
 		return out, true
 	case urlUnsafe:
 		u.stats.Skipped++
