@@ -427,19 +427,26 @@ const ProgressiveMinBytes = 10_000
 // banners with coloured text saved at quality 95-100. Lossless is not
 // offered.
 func (e *encoder) jpeg(quality int, lossless bool) (candidate, error) {
-	if lossless {
-		return candidate{}, errors.New("optimize: lossless JPEG is not used")
-	}
 	ep := vips.NewJpegExportParams()
 	ep.Quality = quality
 	ep.StripMetadata = true
 	ep.OptimizeCoding = true
 	ep.Interlace = e.inBytes >= ProgressiveMinBytes
 	ep.SubsampleMode = vips.VipsForeignSubsampleOff
+	return e.lossyOnly("jpeg", quality, lossless, func() ([]byte, *vips.ImageMetadata, error) { return e.img.ExportJpeg(ep) })
+}
+
+// lossyOnly is the encode of a format the search uses lossy only (jpeg,
+// avif): an error for lossless, else export's bytes as the candidate at
+// quality, counted in e.encodes.
+func (e *encoder) lossyOnly(format string, quality int, lossless bool, export func() ([]byte, *vips.ImageMetadata, error)) (candidate, error) {
+	if lossless {
+		return candidate{}, fmt.Errorf("optimize: lossless %s is not used", format)
+	}
 	e.encodes++
-	out, _, err := e.img.ExportJpeg(ep)
+	out, _, err := export()
 	if err != nil {
-		return candidate{}, fmt.Errorf("optimize: jpeg: %w", err)
+		return candidate{}, fmt.Errorf("optimize: %s: %w", format, err)
 	}
 	return candidate{out: out, quality: quality}, nil
 }
@@ -448,20 +455,12 @@ func (e *encoder) jpeg(quality int, lossless bool) (candidate, error) {
 // offered: AV1's lossless mode is larger than lossless WebP on the
 // graphics where it would matter).
 func (e *encoder) avif(quality int, lossless bool) (candidate, error) {
-	if lossless {
-		return candidate{}, errors.New("optimize: lossless AVIF is not used")
-	}
 	ep := vips.NewAvifExportParams()
 	ep.Quality = quality
 	ep.StripMetadata = true
 	ep.Effort = AVIFEffort
 	ep.Bitdepth = 8
-	e.encodes++
-	out, _, err := e.img.ExportAvif(ep)
-	if err != nil {
-		return candidate{}, fmt.Errorf("optimize: avif: %w", err)
-	}
-	return candidate{out: out, quality: quality}, nil
+	return e.lossyOnly("avif", quality, lossless, func() ([]byte, *vips.ImageMetadata, error) { return e.img.ExportAvif(ep) })
 }
 
 // webp encodes the image: lossy at quality, or lossless.
