@@ -47,10 +47,10 @@ type Config struct {
 	// PlainBlocking writes the URLs of an HTML document's render-blocking
 	// elements, stylesheet links, a <style> element's @import rules and
 	// parser-blocking scripts, under the plain http://VIP whatever
-	// Origins say: they hold the first paint
-	// back, and an https VIP origin costs them a TLS handshake, one more
-	// radio round trip than TCP alone, on a connection the page cannot
-	// have open yet (connections are partitioned by top-level site). The
+	// Origins say: they hold the first paint back, and an https VIP
+	// origin costs them a TLS handshake, one more radio round trip than
+	// TCP alone, on a connection the page cannot have open yet
+	// (connections are partitioned by top-level site). The
 	// rest (images, fonts, async scripts, what the stylesheets name) goes
 	// to Origins. pepd sets it only when Origins are its https shards
 	// (httpproxy.HTTPS.PlainBlocking, https.render_blocking), not from

@@ -27,7 +27,7 @@ func (u *urlRewriter) appendCSS(dst, css []byte, ctx context) ([]byte, bool) {
 			if importPending && end > i && end < len(css) && css[end] == c {
 				dst = append(dst, css[last:i+1]...)
 				var ok bool
-				if dst, ok = u.appendImport(dst, css[i+1:end], ctx); ok {
+				if dst, ok = u.appendCSSURL(dst, css[i+1:end], ctx, true); ok {
 					changed = true
 				} else {
 					dst = append(dst, css[i+1:end]...)
@@ -151,19 +151,11 @@ func isNameByte(c byte) bool {
 	return isAlpha(c) || c >= '0' && c <= '9' || c == '-' || c == '_' || c >= 0x80 || c == '\\'
 }
 
-// appendCSSURL is appendURL for a url() token; imported is true when it
-// is the URL of an @import rule (appendImport).
-func (u *urlRewriter) appendCSSURL(dst, raw []byte, ctx context, imported bool) ([]byte, bool) {
-	if imported {
-		return u.appendImport(dst, raw, ctx)
-	}
-	return u.appendURL(dst, raw, ctx)
-}
-
-// appendImport is appendURL for an @import rule's URL: under the plain
+// appendCSSURL is appendURL for a url() token or an @import string;
+// imported is true for an @import rule's URL, which goes under the plain
 // http://VIP when plainImports is set.
-func (u *urlRewriter) appendImport(dst, raw []byte, ctx context) ([]byte, bool) {
-	if !u.plainImports || u.plain {
+func (u *urlRewriter) appendCSSURL(dst, raw []byte, ctx context, imported bool) ([]byte, bool) {
+	if !imported || !u.plainImports || u.plain {
 		return u.appendURL(dst, raw, ctx)
 	}
 	u.plain = true
