@@ -36,8 +36,8 @@ const MarkHeader = "Pep-Optimize"
 
 // TransformHeader names the transform a response went through ("webp",
 // "avif", "jpeg", "gzip", "br"); the optimizer sets it and Squid stores
-// it with the variant, so that pepd can count cache hits on transformed variants. pepd removes it
-// before the radio link (header diet).
+// it with the variant, so that pepd can count cache hits on transformed
+// variants. pepd removes it before the radio link (header diet).
 const TransformHeader = "Pep-Transform"
 
 // DefaultQueuePerWorker is Options.Queue's default per worker. It covers
