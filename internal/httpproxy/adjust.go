@@ -145,9 +145,18 @@ func (p *Proxy) adjustResponse(resp *http.Response, ri *reqInfo) {
 		// elements that were same-origin with their page are now CORS
 		// requests, blocked without this header. The objects are public
 		// cache content; credentialed CORS stays refused (RFC 6454, Fetch
-		// §3.2.5: "*" does not match credentialed requests).
+		// §3.2.5: "*" does not match credentialed requests). A CORS
+		// request from a page of another origin was cross-origin before
+		// the rewrite too: it gets the origin's own answer, so that what
+		// the origin refused (a font on a CDN without the header) stays
+		// refused, as without pep, and Vary: Origin keeps the browser
+		// from reusing that answer for the object's own site.
 		if resp.Header.Get("Access-Control-Allow-Origin") == "" {
-			resp.Header.Set("Access-Control-Allow-Origin", "*")
+			if ri.origin == "" || sameOrigin(ri.origin, ri.target) {
+				resp.Header.Set("Access-Control-Allow-Origin", "*")
+			} else {
+				resp.Header.Add("Vary", "Origin")
+			}
 		}
 		if loc := resp.Header.Get("Location"); loc != "" {
 			if v, ok := rw.Location(loc, ri.target); ok {
@@ -212,4 +221,18 @@ func (b *truncatedBody) fail() (int, error) {
 		http.NewResponseController(b.w).Flush()
 	}
 	return 0, b.err
+}
+
+// sameOrigin reports whether origin, a request's Origin value, is the
+// origin of target, an http: URL: the ASCII serialization of RFC 6454
+// §6.2 (scheme, host, and the port unless it is the scheme's default),
+// compared without regard to case. "null" and a list never match.
+func sameOrigin(origin string, target *url.URL) bool {
+	host := target.Host
+	if target.Port() == "80" {
+		host = host[:len(host)-len(":80")]
+	}
+	return len(origin) == len("http://")+len(host) &&
+		strings.EqualFold(origin[:len("http://")], "http://") &&
+		strings.EqualFold(origin[len("http://"):], host)
 }

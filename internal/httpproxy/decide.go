@@ -76,7 +76,7 @@ func (p *Proxy) decide(r *http.Request, src, orig netip.AddrPort, intercepted bo
 	if r.URL.IsAbs() {
 		host = r.URL.Host
 	}
-	ri := &reqInfo{mode: md, src: src, st: st}
+	ri := &reqInfo{mode: md, src: src, st: st, origin: r.Header.Get("Origin")}
 	switch {
 	case intercepted && orig.Addr() != p.vip:
 		ri.kind = kindIntercepted

@@ -23,6 +23,7 @@ type reqHead struct {
 	lines       []span // header lines passed on as they are
 	cookies     []span // Cookie values
 	referers    []span // Referer values
+	origin      span   // the (last) Origin value, empty without one (RFC 6454 §7)
 	cookieLines []span // the Cookie and Referer lines (passed on unless VIP path)
 	rng         bool   // a Range header (the optimizer serves such requests untransformed)
 	noTransform bool   // Cache-Control names no-transform (RFC 9111 §5.2.1.6)
@@ -149,6 +150,9 @@ func parseRequestHead(head []byte, h *reqHead) bool {
 		case eqFold(name, "referer"):
 			h.referers = append(h.referers, v)
 			h.cookieLines = append(h.cookieLines, l)
+		case eqFold(name, "origin"):
+			h.origin = v
+			h.lines = append(h.lines, l)
 		default:
 			h.lines = append(h.lines, l)
 		}

@@ -264,6 +264,7 @@ type reqInfo struct {
 	target  *url.URL       // the origin URL
 	direct  netip.AddrPort // valid: bypass Squid, connect here
 	src     netip.AddrPort // the subscriber
+	origin  string         // the request's Origin value (RFC 6454 §7), "" without one
 	st      *Settings
 	started time.Time
 	body    *subscriberBody // the subscriber's request body, nil without one

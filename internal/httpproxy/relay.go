@@ -310,6 +310,9 @@ func (rc *relayConn) decide(raw []byte) (decision, bool) {
 	if d.ri == nil || d.ri.direct.IsValid() {
 		return d, false
 	}
+	if h.origin.to > h.origin.from {
+		d.ri.origin = string(raw[h.origin.from:h.origin.to])
+	}
 	rc.p.account(r, &d)
 	return d, true
 }

@@ -191,6 +191,18 @@ func TestTLSOrigin(t *testing.T) {
 	if body != "PNG-logo" {
 		t.Errorf("https://vip.test/...: %q", body)
 	}
+	// CORS over HTTP/2 as over the relay: the object's own site gets
+	// "*", another site's page the origin's answer (none here) and
+	// Vary: Origin.
+	for _, c := range []struct{ origin, acao, vary string }{
+		{"http://img.cdn.test:" + o.Port, "*", ""},
+		{"http://www.site.test:" + o.Port, "", "Origin"},
+	} {
+		resp, _ = fetch(h2, "https://192.0.2.12/img.cdn.test:"+o.Port+"/logo.png", map[string]string{"Origin": c.origin})
+		if got, vary := resp.Header.Get("Access-Control-Allow-Origin"), strings.Join(resp.Header.Values("Vary"), ", "); got != c.acao || !strings.Contains(vary, c.vary) || c.vary == "" && strings.Contains(vary, "Origin") {
+			t.Errorf("Origin %s over HTTP/2: Access-Control-Allow-Origin %q, Vary %q; want %q, %q", c.origin, got, vary, c.acao, c.vary)
+		}
+	}
 	for _, k := range []string{"www.site.test/app.js", "static.other.test/style.css", "img.cdn.test/logo.png"} {
 		if n := o.hitCount(k); n != 1 {
 			t.Errorf("origin saw %s %d times, want 1 (the rest from Squid's cache)", k, n)
