@@ -56,6 +56,27 @@ type Config struct {
 	// (httpproxy.HTTPS.PlainBlocking, https.render_blocking), not from
 	// YAML.
 	PlainBlocking bool `yaml:"-"`
+	// OwnHostMax leaves an HTML document's URLs on its own host (the
+	// document's scheme, host and port) as they are when the document
+	// names at most this many distinct ones: they ride the connections
+	// the browser already has to that host, and pepd's L4 redirect still
+	// brings them through Squid and the optimizer, where the VIP would
+	// first cost a TCP handshake (and a TLS one on an https origin) that
+	// so few objects do not repay. More than OwnHostMax, and the VIP's
+	// multiplexed connections win: every URL is rewritten. URLs on other
+	// hosts are rewritten either way. Zero (the default, the paper's url
+	// mode) rewrites every URL; 6 is Chromium's HTTP/1.1 connections per
+	// host, one round.
+	OwnHostMax int `yaml:"own_host_max"`
+	// FirstImagesPlain puts the first this many <img> elements of an HTML
+	// document (src and srcset, in document order) under the plain
+	// http://VIP too, with PlainBlocking: the page's first images are
+	// the likeliest to be its largest contentful paint, and the plain
+	// origin's connections are open (or cost one round trip, TCP) when
+	// the https origin's still wait for their TCP and TLS handshakes.
+	// The rest go to Origins, multiplexed. Zero (the default) puts no
+	// image under plain http.
+	FirstImagesPlain int `yaml:"first_images_plain"`
 }
 
 // Defaults of Config's fields.
@@ -121,6 +142,12 @@ func (c Config) Validate() error {
 	}
 	if c.BrotliQuality < 0 || c.BrotliQuality > 11 {
 		return field.Errorf("brotli_quality", "%d is outside 0..11", c.BrotliQuality)
+	}
+	if c.FirstImagesPlain < 0 {
+		return field.Errorf("first_images_plain", "%d is negative", c.FirstImagesPlain)
+	}
+	if c.OwnHostMax < 0 {
+		return field.Errorf("own_host_max", "%d is negative (0: rewrite every URL)", c.OwnHostMax)
 	}
 	return nil
 }

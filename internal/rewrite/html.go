@@ -20,6 +20,9 @@ type Stats struct {
 	// percent-encoded or non-ASCII host, a character reference inside the
 	// scheme or host, a path whose ".." climbs above the root.
 	Skipped int
+	// KeptOwn is the number of URLs on the document's own host left as
+	// they were (Config.OwnHostMax).
+	KeptOwn int
 	// PassedThrough is set when a single token was longer than
 	// Config.MaxTokenBytes: the document from that token on was copied
 	// unchanged.
@@ -51,12 +54,27 @@ func (r *Rewriter) HTML(dst io.Writer, src io.Reader, doc *url.URL) (Stats, erro
 	if err != nil {
 		return Stats{}, fmt.Errorf("rewrite: reading html: %w", err)
 	}
-	d := r.newDoc(doc)
-	out := d.rewriteHTML(make([]byte, 0, len(in)+len(in)/8), in, int(r.cfg.MaxTokenBytes))
+	out, st := r.html(make([]byte, 0, len(in)+len(in)/8), in, doc)
 	if _, err := dst.Write(out); err != nil {
-		return d.u.stats, fmt.Errorf("rewrite: writing html: %w", err)
+		return st, fmt.Errorf("rewrite: writing html: %w", err)
 	}
-	return d.u.stats, nil
+	return st, nil
+}
+
+// html appends the rewritten HTML document b to out, leaving the URLs on
+// the document's own host as they are when it names at most
+// Config.OwnHostMax distinct ones (a second pass).
+func (r *Rewriter) html(out, b []byte, doc *url.URL) ([]byte, Stats) {
+	d := r.newDoc(doc)
+	d.u.ownLimit = r.cfg.OwnHostMax
+	start := len(out)
+	out = d.rewriteHTML(out, b, int(r.cfg.MaxTokenBytes))
+	if n := len(d.u.ownURLs); n > 0 && n <= r.cfg.OwnHostMax {
+		d = r.newDoc(doc)
+		d.u.keepOwn = true
+		out = d.rewriteHTML(out[:start], b, int(r.cfg.MaxTokenBytes))
+	}
+	return out, d.u.stats
 }
 
 // CSS copies the style sheet src to dst with the URLs of url() and @import in
@@ -83,6 +101,9 @@ type doc struct {
 	u urlRewriter
 	// plainBlocking is Config.PlainBlocking.
 	plainBlocking bool
+	// plainImages is the number of <img> elements still to go under the
+	// plain http://VIP (Config.FirstImagesPlain, with PlainBlocking).
+	plainImages int
 	docURL        *url.URL
 	baseSeen      bool
 	spans         [numAttrs]span
@@ -91,7 +112,13 @@ type doc struct {
 
 func (r *Rewriter) newDoc(u *url.URL) *doc {
 	d := &doc{docURL: u, plainBlocking: r.cfg.PlainBlocking}
+	if d.plainBlocking {
+		d.plainImages = r.cfg.FirstImagesPlain
+	}
 	d.u = urlRewriter{vip: &r.origins, base: newBase(u), absOnly: r.absOnly, noURLs: r.noURLs}
+	if d.u.base.ok {
+		d.u.own = d.u.base.auth
+	}
 	return d
 }
 
@@ -471,6 +498,10 @@ func (d *doc) tag(b []byte, start, end, nameEnd int) []byte {
 		return nil
 	}
 	d.u.plain = d.plainBlocking && renderBlocking(id, raw, spans)
+	if id == tagImg && d.plainImages > 0 {
+		d.plainImages--
+		d.u.plain = true
+	}
 	defer func() { d.u.plain = false }()
 	// Apply the edits in the order of their values in raw.
 	for a := 1; a < ne; a++ {

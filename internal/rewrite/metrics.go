@@ -12,11 +12,13 @@ import (
 //	pep_rewrite_responses_total{result="rewritten|skipped",reason="...",kind="html|css|"}
 //	pep_rewrite_urls_total         URLs put into the VIP form
 //	pep_rewrite_urls_skipped_total URLs left alone as unsafe to rewrite (Stats.Skipped)
+//	pep_rewrite_urls_kept_total    URLs on their document's own host left as they are (Stats.KeptOwn, Config.OwnHostMax)
 //	pep_rewrite_seconds            time spent in Response for HTML and CSS bodies
 type Metrics struct {
 	responses   *prometheus.CounterVec
 	urls        prometheus.Counter
 	urlsSkipped prometheus.Counter
+	urlsKept    prometheus.Counter
 	seconds     prometheus.Histogram
 }
 
@@ -36,6 +38,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "pep", Subsystem: "rewrite", Name: "urls_skipped_total",
 			Help: "URLs in rewritable places left alone because their VIP form would not mean the same.",
 		}),
+		urlsKept: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "pep", Subsystem: "rewrite", Name: "urls_kept_total",
+			Help: "URLs on their HTML document's own host left as they are: the document names at most rewrite.own_host_max of them.",
+		}),
 		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "pep", Subsystem: "rewrite", Name: "seconds",
 			Help:    "Time spent buffering, decoding, rewriting and encoding one HTML or CSS body.",
@@ -43,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.responses, m.urls, m.urlsSkipped, m.seconds} {
+		for _, c := range []prometheus.Collector{m.responses, m.urls, m.urlsSkipped, m.urlsKept, m.seconds} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -60,6 +66,7 @@ func (m *Metrics) observe(res Result, d time.Duration) {
 	m.responses.WithLabelValues(result, string(res.Reason), res.Kind).Inc()
 	m.urls.Add(float64(res.Stats.URLs))
 	m.urlsSkipped.Add(float64(res.Stats.Skipped))
+	m.urlsKept.Add(float64(res.Stats.KeptOwn))
 	if res.Kind != "" {
 		m.seconds.Observe(d.Seconds())
 	}

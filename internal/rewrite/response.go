@@ -168,9 +168,9 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL) Result {
 		return passOrig(ReasonCharset)
 	}
 
-	d := r.newDoc(doc)
 	var out []byte
 	if res.Kind == "css" {
+		d := r.newDoc(doc)
 		var changed bool
 		out, changed = d.u.appendCSS(make([]byte, 0, len(plain)+len(plain)/8), plain, inCSS)
 		if !changed {
@@ -178,8 +178,7 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL) Result {
 		}
 		res.Stats = d.u.stats
 	} else {
-		out = d.rewriteHTML(make([]byte, 0, len(plain)+len(plain)/8), plain, int(r.cfg.MaxTokenBytes))
-		res.Stats = d.u.stats
+		out, res.Stats = r.html(make([]byte, 0, len(plain)+len(plain)/8), plain, doc)
 	}
 	if res.Stats.URLs == 0 {
 		return passOrig(ReasonUnchanged)

@@ -2,7 +2,9 @@ package rewrite
 
 import (
 	"bytes"
+	"hash/fnv"
 	"net/url"
+	"slices"
 	"strings"
 
 	"golang.org/x/net/html"
@@ -183,9 +185,40 @@ type urlRewriter struct {
 	// the plain http://VIP (an HTML <style> element's, with
 	// Config.PlainBlocking: they are render-blocking stylesheets).
 	plainImports bool
-	stats        Stats
-	scratch      []byte
-	pathBuf      []byte
+	// own is the document's own authority ("host[:port]" in lowercase,
+	// as in base.auth; "" without one). keepOwn leaves the URLs on it as
+	// they are (Config.OwnHostMax). ownLimit > 0 collects the distinct
+	// ones rewritten, as FNV-1a hashes of their VIP path, in ownURLs,
+	// up to ownLimit+1 of them.
+	own      string
+	keepOwn  bool
+	ownLimit int
+	ownURLs  []uint64
+	stats    Stats
+	scratch  []byte
+	pathBuf  []byte
+}
+
+// ownURL notes that the URL whose VIP path (authority, path and query,
+// without the VIP origin) is p is on the document's own host: it
+// reports true when that URL is to be left as it is (keepOwn), and
+// otherwise collects it (ownLimit).
+func (u *urlRewriter) ownURL(p ...[]byte) bool {
+	if u.keepOwn {
+		u.stats.KeptOwn++
+		return true
+	}
+	if len(u.ownURLs) > u.ownLimit {
+		return false
+	}
+	h := fnv.New64a()
+	for _, b := range p {
+		h.Write(b)
+	}
+	if sum := h.Sum64(); !slices.Contains(u.ownURLs, sum) {
+		u.ownURLs = append(u.ownURLs, sum)
+	}
+	return false
 }
 
 // origin is the VIP origin a URL goes under: picked, the host's shard
@@ -285,8 +318,14 @@ func (u *urlRewriter) url(dst, raw []byte, ctx context) (int, []byte) {
 	}
 	// Resolve against the base (RFC 3986 section 5.2.2, dot segments as the
 	// WHATWG URL standard: "%2e" counts as ".").
+	own := u.own != "" && u.base.auth == u.own
+	if own && u.keepOwn {
+		u.ownURL()
+		return urlNotApplicable, dst
+	}
 	t := append(u.scratch[:0], u.origin(u.vip.pick(u.base.auth))...)
 	t = append(t, '/')
+	vipPath := len(t)
 	t = append(t, u.base.auth...)
 	pathEnd := 0
 	for pathEnd < len(dec) && dec[pathEnd] != '?' && dec[pathEnd] != '#' {
@@ -307,6 +346,9 @@ func (u *urlRewriter) url(dst, raw []byte, ctx context) (int, []byte) {
 	}
 	t = append(t, dec[pathEnd:]...)
 	u.scratch = t
+	if own && u.ownLimit > 0 {
+		u.ownURL(t[vipPath:])
+	}
 	dst = append(dst, raw[:lo]...)
 	if ctx == inAttr && &dec[0] != &s[0] {
 		dst = appendAttrEscaped(dst, t)
@@ -367,6 +409,9 @@ func (u *urlRewriter) absolute(dst, lead, s []byte, end int, trail []byte) (int,
 		// "http://h/../x" is "http://h/x" to a browser, but
 		// "http://VIP/h/../x" would be "http://VIP/x".
 		return urlUnsafe, dst
+	}
+	if u.own != "" && string(la) == u.own && u.ownURL(la, rest) {
+		return urlNotApplicable, dst
 	}
 	dst = append(dst, lead...)
 	dst = append(dst, u.origin(u.vip.pickBytes(la))...)

@@ -2,6 +2,8 @@ package rewrite
 
 import (
 	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -257,6 +259,92 @@ func TestPlainBlocking(t *testing.T) {
 		}
 		if want := `@font-face{src:url(https://192.0.2.12/a.com/f.woff2)}`; out.String() != want {
 			t.Errorf("PlainBlocking %v: CSS %s, want %s", c.plainBlocking, out.String(), want)
+		}
+	}
+}
+
+// TestOwnHostMax: a document naming at most OwnHostMax distinct URLs on
+// its own host (scheme, host and port; relative, network-path or
+// absolute, repeats counted once) keeps them as they are; one more, or
+// the rule off, and every URL is rewritten. URLs on other hosts, and
+// relative URLs that a <base href> sends elsewhere, are rewritten either
+// way; a document with nothing else passes byte for byte.
+func TestOwnHostMax(t *testing.T) {
+	own := `<link rel=stylesheet href="/s.css"><img src="a.png"><img src="a.png"><img src="//WWW.site.test/b.png">` +
+		`<div style="background:url(http://www.site.test/c.png)"></div>`
+	other := `<img src="http://img.cdn.test/x.png"><img src="http://www.site.test:8080/p.png">`
+	rewritten := `<link rel=stylesheet href="http://192.0.2.12/www.site.test/s.css"><img src="http://192.0.2.12/www.site.test/dir/a.png">` +
+		`<img src="http://192.0.2.12/www.site.test/dir/a.png"><img src="http://192.0.2.12/www.site.test/b.png">` +
+		`<div style="background:url(http://192.0.2.12/www.site.test/c.png)"></div>`
+	otherRewritten := `<img src="http://192.0.2.12/img.cdn.test/x.png"><img src="http://192.0.2.12/www.site.test:8080/p.png">`
+	based := `<base href="http://cdn.test/d/"><img src="e.png">`
+	for _, c := range []struct {
+		name    string
+		max     int
+		in      string
+		want    string
+		kept    int
+		rewrote int
+	}{
+		{"4 own URLs, max 4", 4, own + other, own + otherRewritten, 5, 2},
+		{"4 own URLs, max 3", 3, own + other, rewritten + otherRewritten, 0, 7},
+		{"rule off", 0, own + other, rewritten + otherRewritten, 0, 7},
+		{"own URLs only", 6, own, own, 5, 0},
+		{"base elsewhere", 6, own + based, own + `<base href="http://cdn.test/d/"><img src="http://192.0.2.12/cdn.test/d/e.png">`, 5, 1},
+	} {
+		r, err := New("192.0.2.12", Config{OwnHostMax: c.max}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		st, err := r.HTML(&out, strings.NewReader(c.in), mustURL(t, "http://www.site.test/dir/page.html"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != c.want || st.KeptOwn != c.kept || st.URLs != c.rewrote {
+			t.Errorf("%s:\n got %s (kept %d, rewritten %d)\nwant %s (kept %d, rewritten %d)", c.name, out.String(), st.KeptOwn, st.URLs, c.want, c.kept, c.rewrote)
+		}
+		// Response takes the same decision; with nothing else to rewrite
+		// the body passes as it came.
+		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/html"}}, Body: io.NopCloser(strings.NewReader(c.in))}
+		res := r.Response(resp, mustURL(t, "http://www.site.test/dir/page.html"))
+		b, _ := io.ReadAll(resp.Body)
+		if string(b) != c.want || (c.rewrote == 0) != (res.Reason == ReasonUnchanged) {
+			t.Errorf("%s: Response %q (reason %q), want %q", c.name, b, res.Reason, c.want)
+		}
+	}
+}
+
+// TestFirstImagesPlain: with PlainBlocking, the first FirstImagesPlain
+// <img> elements (src and srcset) go under the plain http://VIP; later
+// images, other elements' URLs and every image without PlainBlocking go
+// to the https origins.
+func TestFirstImagesPlain(t *testing.T) {
+	origins := []string{"https://192.0.2.12"}
+	in := `<img src="http://a.com/1.png" srcset="http://a.com/1x2.png 2x"><video poster="http://a.com/v.png"></video>` +
+		`<img src="http://a.com/2.png"><img src="http://a.com/3.png">`
+	for _, c := range []struct {
+		plainBlocking bool
+		n             int
+		want          string
+	}{
+		{true, 2, `<img src="http://192.0.2.12/a.com/1.png" srcset="http://192.0.2.12/a.com/1x2.png 2x"><video poster="https://192.0.2.12/a.com/v.png"></video>` +
+			`<img src="http://192.0.2.12/a.com/2.png"><img src="https://192.0.2.12/a.com/3.png">`},
+		{true, 0, `<img src="https://192.0.2.12/a.com/1.png" srcset="https://192.0.2.12/a.com/1x2.png 2x"><video poster="https://192.0.2.12/a.com/v.png"></video>` +
+			`<img src="https://192.0.2.12/a.com/2.png"><img src="https://192.0.2.12/a.com/3.png">`},
+		{false, 2, `<img src="https://192.0.2.12/a.com/1.png" srcset="https://192.0.2.12/a.com/1x2.png 2x"><video poster="https://192.0.2.12/a.com/v.png"></video>` +
+			`<img src="https://192.0.2.12/a.com/2.png"><img src="https://192.0.2.12/a.com/3.png">`},
+	} {
+		r, err := New("192.0.2.12", Config{Origins: origins, PlainBlocking: c.plainBlocking, FirstImagesPlain: c.n}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		if _, err := r.HTML(&out, strings.NewReader(in), mustURL(t, "http://www.foo.com/")); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != c.want {
+			t.Errorf("PlainBlocking %v, FirstImagesPlain %d:\n got %s\nwant %s", c.plainBlocking, c.n, out.String(), c.want)
 		}
 	}
 }
