@@ -104,10 +104,10 @@ type doc struct {
 	// plainImages is the number of <img> elements still to go under the
 	// plain http://VIP (Config.FirstImagesPlain, with PlainBlocking).
 	plainImages int
-	docURL        *url.URL
-	baseSeen      bool
-	spans         [numAttrs]span
-	buf           []byte
+	docURL      *url.URL
+	baseSeen    bool
+	spans       [numAttrs]span
+	buf         []byte
 }
 
 func (r *Rewriter) newDoc(u *url.URL) *doc {
