@@ -178,7 +178,7 @@ func (p *Proxy) adjustResponse(resp *http.Response, ri *reqInfo) {
 		}
 	}
 	if ri.mode == mode.URL {
-		res := rw.Response(resp, ri.target)
+		res := rw.Response(resp, ri.target, ri.kind == kindVIPPath)
 		if res.Err != nil {
 			p.log.Debug("rewrite: upstream body read failed", "url", ri.target, "err", res.Err)
 		}

@@ -142,7 +142,7 @@ func BenchmarkResponseGzip(b *testing.B) {
 			resp := &http.Response{StatusCode: 200, ContentLength: int64(len(enc[i])),
 				Header: http.Header{"Content-Type": {"text/html"}, "Content-Encoding": {"gzip"}},
 				Body:   io.NopCloser(bytes.NewReader(enc[i]))}
-			if res := r.Response(resp, docs[i]); !res.Rewritten {
+			if res := r.Response(resp, docs[i], false); !res.Rewritten {
 				b.Fatalf("not rewritten: %+v", res)
 			}
 		}

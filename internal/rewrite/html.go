@@ -54,25 +54,38 @@ func (r *Rewriter) HTML(dst io.Writer, src io.Reader, doc *url.URL) (Stats, erro
 	if err != nil {
 		return Stats{}, fmt.Errorf("rewrite: reading html: %w", err)
 	}
-	out, st := r.html(make([]byte, 0, len(in)+len(in)/8), in, doc)
+	out, st := r.body(make([]byte, 0, len(in)+len(in)/8), in, doc, false, true)
 	if _, err := dst.Write(out); err != nil {
 		return st, fmt.Errorf("rewrite: writing html: %w", err)
 	}
 	return st, nil
 }
 
-// html appends the rewritten HTML document b to out, leaving the URLs on
-// the document's own host as they are when it names at most
-// Config.OwnHostMax distinct ones (a second pass).
-func (r *Rewriter) html(out, b []byte, doc *url.URL) ([]byte, Stats) {
-	d := r.newDoc(doc)
-	d.u.ownLimit = r.cfg.OwnHostMax
+// body appends the rewritten HTML document (css false) or style sheet b
+// to out. With own, the URLs on b's own host stay as they are when it
+// names at most Config.OwnHostMax distinct ones (a second pass).
+func (r *Rewriter) body(out, b []byte, docURL *url.URL, css, own bool) ([]byte, Stats) {
+	pass := func(d *doc, out []byte) []byte {
+		if !css {
+			return d.rewriteHTML(out, b, int(r.cfg.MaxTokenBytes))
+		}
+		start := len(out)
+		out, changed := d.u.appendCSS(out, b, inCSS)
+		if !changed {
+			out = append(out[:start], b...)
+		}
+		return out
+	}
+	d := r.newDoc(docURL)
+	if own {
+		d.u.ownLimit = r.cfg.OwnHostMax
+	}
 	start := len(out)
-	out = d.rewriteHTML(out, b, int(r.cfg.MaxTokenBytes))
+	out = pass(d, out)
 	if n := len(d.u.ownURLs); n > 0 && n <= r.cfg.OwnHostMax {
-		d = r.newDoc(doc)
+		d = r.newDoc(docURL)
 		d.u.keepOwn = true
-		out = d.rewriteHTML(out[:start], b, int(r.cfg.MaxTokenBytes))
+		out = pass(d, out[:start])
 	}
 	return out, d.u.stats
 }

@@ -68,7 +68,11 @@ var ResponseHeaders = []string{"Content-Type", "Content-Range", "Content-Encodin
 // Content-Type), leaving it byte for byte as it came otherwise. doc is the
 // URL relative references resolve against: the request URL for an
 // intercepted request, the origin URL (ParseVIPPath) for a VIP-path request;
-// nil leaves relative references alone.
+// nil leaves relative references alone. viaVIP says which: a body fetched
+// from its own host (not viaVIP) keeps the URLs on that host when it names
+// at most Config.OwnHostMax of them (a style sheet the document kept on
+// its host keeps its images there too); a body fetched from the VIP has
+// every URL in VIP form.
 //
 // A rewritable body is buffered up to Config.MaxBodyBytes (encoded and
 // decoded), decoded from gzip, deflate (zlib, or raw deflate as some servers
@@ -80,16 +84,16 @@ var ResponseHeaders = []string{"Content-Type", "Content-Range", "Content-Encodin
 // bytes, including those not yet read. Response never closes a body it
 // still hands on; it closes resp.Body after replacing it. If the Rewriter
 // has Metrics the Result is counted.
-func (r *Rewriter) Response(resp *http.Response, doc *url.URL) Result {
+func (r *Rewriter) Response(resp *http.Response, doc *url.URL, viaVIP bool) Result {
 	start := time.Now()
-	res := r.response(resp, doc)
+	res := r.response(resp, doc, viaVIP)
 	if r.metrics != nil {
 		r.metrics.observe(res, time.Since(start))
 	}
 	return res
 }
 
-func (r *Rewriter) response(resp *http.Response, doc *url.URL) Result {
+func (r *Rewriter) response(resp *http.Response, doc *url.URL, viaVIP bool) Result {
 	res := Result{InBytes: -1, OutBytes: -1}
 	mt, params, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	switch {
@@ -169,17 +173,7 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL) Result {
 	}
 
 	var out []byte
-	if res.Kind == "css" {
-		d := r.newDoc(doc)
-		var changed bool
-		out, changed = d.u.appendCSS(make([]byte, 0, len(plain)+len(plain)/8), plain, inCSS)
-		if !changed {
-			out = plain
-		}
-		res.Stats = d.u.stats
-	} else {
-		out, res.Stats = r.html(make([]byte, 0, len(plain)+len(plain)/8), plain, doc)
-	}
+	out, res.Stats = r.body(make([]byte, 0, len(plain)+len(plain)/8), plain, doc, res.Kind == "css", !viaVIP)
 	if res.Stats.URLs == 0 {
 		return passOrig(ReasonUnchanged)
 	}

@@ -211,7 +211,7 @@ func testResponse(t *testing.T, tests []responseCase, only bool) {
 					}
 				}
 			}
-			res := r.Response(resp, mustURL(t, "http://www.foo.com/index.html"))
+			res := r.Response(resp, mustURL(t, "http://www.foo.com/index.html"), false)
 			got, err := io.ReadAll(resp.Body)
 			if err != nil {
 				t.Fatal(err)
@@ -264,7 +264,7 @@ func TestResponseTooLargeStreams(t *testing.T) {
 	body := []byte(strings.Repeat(pageIn, 200))
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/html"}},
 		ContentLength: -1, Body: io.NopCloser(bytes.NewReader(body))}
-	res := r.Response(resp, nil)
+	res := r.Response(resp, nil, false)
 	got, _ := io.ReadAll(resp.Body)
 	if res.Reason != ReasonTooLarge || !bytes.Equal(got, body) {
 		t.Errorf("result %+v, body equal %v; want too-large and the body unchanged", res, bytes.Equal(got, body))
@@ -278,7 +278,7 @@ func TestResponseReadError(t *testing.T) {
 	boom := errors.New("connection reset")
 	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/html"}}, ContentLength: -1,
 		Body: io.NopCloser(io.MultiReader(strings.NewReader(pageIn), errReader{boom}))}
-	res := r.Response(resp, nil)
+	res := r.Response(resp, nil, false)
 	got, err := io.ReadAll(resp.Body)
 	if res.Reason != ReasonReadError || !errors.Is(res.Err, boom) || string(got) != pageIn || !errors.Is(err, boom) {
 		t.Errorf("result %+v, body %q, err %v", res, got, err)

@@ -208,7 +208,7 @@ func (u *urlRewriter) ownURL(p ...[]byte) bool {
 		u.stats.KeptOwn++
 		return true
 	}
-	if len(u.ownURLs) > u.ownLimit {
+	if u.ownLimit == 0 || len(u.ownURLs) > u.ownLimit {
 		return false
 	}
 	h := fnv.New64a()

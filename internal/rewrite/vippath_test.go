@@ -268,7 +268,9 @@ func TestPlainBlocking(t *testing.T) {
 // absolute, repeats counted once) keeps them as they are; one more, or
 // the rule off, and every URL is rewritten. URLs on other hosts, and
 // relative URLs that a <base href> sends elsewhere, are rewritten either
-// way; a document with nothing else passes byte for byte.
+// way; a document with nothing else passes byte for byte. A style sheet
+// fetched from its own host follows the same rule; one fetched from the
+// VIP does not.
 func TestOwnHostMax(t *testing.T) {
 	own := `<link rel=stylesheet href="/s.css"><img src="a.png"><img src="a.png"><img src="//WWW.site.test/b.png">` +
 		`<div style="background:url(http://www.site.test/c.png)"></div>`
@@ -307,10 +309,31 @@ func TestOwnHostMax(t *testing.T) {
 		// Response takes the same decision; with nothing else to rewrite
 		// the body passes as it came.
 		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/html"}}, Body: io.NopCloser(strings.NewReader(c.in))}
-		res := r.Response(resp, mustURL(t, "http://www.site.test/dir/page.html"))
+		res := r.Response(resp, mustURL(t, "http://www.site.test/dir/page.html"), false)
 		b, _ := io.ReadAll(resp.Body)
 		if string(b) != c.want || (c.rewrote == 0) != (res.Reason == ReasonUnchanged) {
 			t.Errorf("%s: Response %q (reason %q), want %q", c.name, b, res.Reason, c.want)
+		}
+	}
+	// A style sheet the document kept on its own host (an intercepted
+	// request) keeps its few own-host images there too; the same sheet
+	// fetched from the VIP has every URL in VIP form.
+	r, err := New("192.0.2.12", Config{OwnHostMax: 2}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	css := `a{background:url(i/a.png)}b{background:url(http://www.site.test/b.png)}c{background:url(http://img.cdn.test/c.png)}`
+	for _, c := range []struct {
+		viaVIP bool
+		want   string
+	}{
+		{false, `a{background:url(i/a.png)}b{background:url(http://www.site.test/b.png)}c{background:url(http://192.0.2.12/img.cdn.test/c.png)}`},
+		{true, `a{background:url(http://192.0.2.12/www.site.test/s/i/a.png)}b{background:url(http://192.0.2.12/www.site.test/b.png)}c{background:url(http://192.0.2.12/img.cdn.test/c.png)}`},
+	} {
+		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/css"}}, Body: io.NopCloser(strings.NewReader(css))}
+		r.Response(resp, mustURL(t, "http://www.site.test/s/style.css"), c.viaVIP)
+		if b, _ := io.ReadAll(resp.Body); string(b) != c.want {
+			t.Errorf("style sheet, viaVIP %v:\n got %s\nwant %s", c.viaVIP, b, c.want)
 		}
 	}
 }
