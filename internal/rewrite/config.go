@@ -63,8 +63,10 @@ type Config struct {
 	// brings them through Squid and the optimizer, where the VIP would
 	// first cost a TCP handshake (and a TLS one on an https origin) that
 	// so few objects do not repay. More than OwnHostMax, and the VIP's
-	// multiplexed connections win: every URL is rewritten. URLs on other
-	// hosts are rewritten either way. Zero (the default, the paper's url
+	// multiplexed connections win: every URL is rewritten. A style sheet
+	// fetched from its own host (its document kept it there) keeps the
+	// URLs on that host too. URLs on other hosts are rewritten either
+	// way. Zero (the default, the paper's url
 	// mode) rewrites every URL; 6 is Chromium's HTTP/1.1 connections per
 	// host, one round.
 	OwnHostMax int `yaml:"own_host_max"`

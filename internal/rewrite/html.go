@@ -62,8 +62,11 @@ func (r *Rewriter) HTML(dst io.Writer, src io.Reader, doc *url.URL) (Stats, erro
 }
 
 // body appends the rewritten HTML document (css false) or style sheet b
-// to out. With own, the URLs on b's own host stay as they are when it
-// names at most Config.OwnHostMax distinct ones (a second pass).
+// to out. With own and Config.OwnHostMax, the URLs on b's own host stay
+// as they are: in a document that names at most OwnHostMax distinct ones
+// (a second pass), in a style sheet always (it comes from its own host
+// in url mode when its document kept it there, and its url()s name
+// images the page may never use, so their number says little).
 func (r *Rewriter) body(out, b []byte, docURL *url.URL, css, own bool) ([]byte, Stats) {
 	pass := func(d *doc, out []byte) []byte {
 		if !css {
@@ -77,8 +80,9 @@ func (r *Rewriter) body(out, b []byte, docURL *url.URL, css, own bool) ([]byte, 
 		return out
 	}
 	d := r.newDoc(docURL)
-	if own {
+	if own && r.cfg.OwnHostMax > 0 {
 		d.u.ownLimit = r.cfg.OwnHostMax
+		d.u.keepOwn = css
 	}
 	start := len(out)
 	out = pass(d, out)

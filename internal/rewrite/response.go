@@ -68,11 +68,12 @@ var ResponseHeaders = []string{"Content-Type", "Content-Range", "Content-Encodin
 // Content-Type), leaving it byte for byte as it came otherwise. doc is the
 // URL relative references resolve against: the request URL for an
 // intercepted request, the origin URL (ParseVIPPath) for a VIP-path request;
-// nil leaves relative references alone. viaVIP says which: a body fetched
-// from its own host (not viaVIP) keeps the URLs on that host when it names
-// at most Config.OwnHostMax of them (a style sheet the document kept on
-// its host keeps its images there too); a body fetched from the VIP has
-// every URL in VIP form.
+// nil leaves relative references alone. viaVIP says which: with
+// Config.OwnHostMax, a document fetched from its own host (not viaVIP)
+// keeps the URLs on that host when it names at most OwnHostMax of them,
+// and a style sheet fetched from its own host (its document kept it
+// there) keeps them always; a body fetched from the VIP has every URL in
+// VIP form.
 //
 // A rewritable body is buffered up to Config.MaxBodyBytes (encoded and
 // decoded), decoded from gzip, deflate (zlib, or raw deflate as some servers
