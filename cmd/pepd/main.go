@@ -569,6 +569,9 @@ func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
 	}
 	rc := c.Rewrite
 	rc.Origins, rc.PlainBlocking = c.HTTPS.Origins(c.VIP), c.HTTPS.PlainBlocking()
+	if c.HTTPS.URLs {
+		rc.OwnHostMax, rc.FirstImagesPlain = c.HTTPS.OwnHostMax, c.HTTPS.FirstImagesPlain
+	}
 	rw, err := rewrite.New(c.VIP.String(), rc, d.log, d.rwm)
 	if err != nil {
 		return httpproxy.Settings{}, err

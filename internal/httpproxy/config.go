@@ -171,11 +171,30 @@ type HTTPS struct {
 	// HTTP/2 k=1 with the optimizer) it took FCP from 1.14 to 0.91 of
 	// direct's and LCP from 1.12 to 1.01 (testbed/README.md, session 13).
 	RenderBlocking string `yaml:"render_blocking"`
+	// OwnHostMax is rewrite.Config.OwnHostMax when URLs is on: an HTML
+	// document naming at most this many distinct URLs on its own host
+	// keeps them as they are (they ride the browser's connections to
+	// that host, still through pepd by the L4 redirect), and so do the
+	// style sheets it keeps there; 0 rewrites every URL. Default 6
+	// (Chromium's HTTP/1.1 connections per host): on the 18 tp5n pages
+	// with 1-6 such URLs over 3G (5 runs, warm), no page is slower than
+	// direct beyond its spread where google.com and torrentz.eu were
+	// (1.08, 1.14 of direct's PLT; now 0.96, 0.97), and page by page PLT,
+	// FCP and LCP are 1.00, 0.99 and 0.97 of what they were
+	// (testbed/README.md, session 18).
+	OwnHostMax int `yaml:"own_host_max"`
+	// FirstImagesPlain is rewrite.Config.FirstImagesPlain with
+	// RenderBlocking http: the first this many <img> of a document go
+	// under the plain http://VIP too. Default 0: measured with 4, LCP
+	// 0.835 of direct's against 0.892 in the median but worse on the
+	// pages whose LCP image comes later (reuters.com 0.73 to 1.08), and
+	// PLT 0.698 against 0.671 (testbed/README.md, session 18).
+	FirstImagesPlain int `yaml:"first_images_plain"`
 }
 
 // DefaultHTTPS returns the https section's defaults.
 func DefaultHTTPS() HTTPS {
-	return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Priority: H2RFC7540, RenderBlocking: "http"}
+	return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Priority: H2RFC7540, RenderBlocking: "http", OwnHostMax: 6}
 }
 
 // Validate returns the first invalid field as a *field.Error whose path
@@ -192,6 +211,8 @@ func (h HTTPS) Validate() error {
 		field.AtLeast("max_streams_per_subscriber", h.MaxStreamsPerSubscriber, 1),
 		field.Check(h.Priority != H2RoundRobin && h.Priority != H2RFC7540, "priority", "%q is not %s or %s", h.Priority, H2RoundRobin, H2RFC7540),
 		field.Check(!field.OneOf(h.RenderBlocking, "https", "http"), "render_blocking", "%q is not https or http", h.RenderBlocking),
+		field.AtLeast("own_host_max", h.OwnHostMax, 0),
+		field.AtLeast("first_images_plain", h.FirstImagesPlain, 0),
 		field.Check(len(h.ShardPorts) > 0 && len(h.ShardPorts) < h.Shards, "shard_ports", "%d ports for %d shards", len(h.ShardPorts), h.Shards),
 	); err != nil {
 		return err

@@ -45,6 +45,13 @@ func TestHTTPSOrigins(t *testing.T) {
 			t.Errorf("%+v: PlainBlocking = %v, want %v", c.h, got, c.want)
 		}
 	}
+	for _, h := range []HTTPS{{OwnHostMax: -1}, {FirstImagesPlain: -1}} {
+		d := DefaultHTTPS()
+		d.OwnHostMax, d.FirstImagesPlain = h.OwnHostMax, h.FirstImagesPlain
+		if err := d.Validate(); err == nil || !strings.Contains(err.Error(), "must be at least 0") {
+			t.Errorf("%+v: %v, want an error: must be at least 0", h, err)
+		}
+	}
 	if err := (HTTPS{Shards: 1, MaxStreams: 1, MaxStreamsPerSubscriber: 1, Priority: H2RoundRobin, RenderBlocking: "tls"}).Validate(); err == nil ||
 		!strings.Contains(err.Error(), "render_blocking") {
 		t.Errorf("render_blocking tls: %v, want an error naming render_blocking", err)

@@ -66,19 +66,19 @@ type Config struct {
 	// multiplexed connections win: every URL is rewritten. A style sheet
 	// fetched from its own host (its document kept it there) keeps the
 	// URLs on that host too. URLs on other hosts are rewritten either
-	// way. Zero (the default, the paper's url
-	// mode) rewrites every URL; 6 is Chromium's HTTP/1.1 connections per
-	// host, one round.
-	OwnHostMax int `yaml:"own_host_max"`
+	// way. Zero rewrites every URL (the paper's url mode). pepd sets it
+	// from https.own_host_max when https.urls is on, not from YAML.
+	OwnHostMax int `yaml:"-"`
 	// FirstImagesPlain puts the first this many <img> elements of an HTML
 	// document (src and srcset, in document order) under the plain
 	// http://VIP too, with PlainBlocking: the page's first images are
 	// the likeliest to be its largest contentful paint, and the plain
 	// origin's connections are open (or cost one round trip, TCP) when
 	// the https origin's still wait for their TCP and TLS handshakes.
-	// The rest go to Origins, multiplexed. Zero (the default) puts no
-	// image under plain http.
-	FirstImagesPlain int `yaml:"first_images_plain"`
+	// The rest go to Origins, multiplexed. Zero puts no image under
+	// plain http. pepd sets it from https.first_images_plain, not from
+	// YAML.
+	FirstImagesPlain int `yaml:"-"`
 }
 
 // Defaults of Config's fields.
@@ -144,12 +144,6 @@ func (c Config) Validate() error {
 	}
 	if c.BrotliQuality < 0 || c.BrotliQuality > 11 {
 		return field.Errorf("brotli_quality", "%d is outside 0..11", c.BrotliQuality)
-	}
-	if c.FirstImagesPlain < 0 {
-		return field.Errorf("first_images_plain", "%d is negative", c.FirstImagesPlain)
-	}
-	if c.OwnHostMax < 0 {
-		return field.Errorf("own_host_max", "%d is negative (0: rewrite every URL)", c.OwnHostMax)
 	}
 	return nil
 }

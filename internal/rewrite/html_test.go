@@ -378,7 +378,6 @@ func TestConfigValidate(t *testing.T) {
 		{"type with parameter", Config{CSSTypes: []string{"text/css", "text/css; charset=utf-8"}}, `css_types.1: "text/css; charset=utf-8" is not a lowercase media type without parameters`},
 		{"gzip level", Config{GzipLevel: 10}, "gzip_level: 10 is outside 1..9"},
 		{"brotli quality", Config{BrotliQuality: 12}, "brotli_quality: 12 is outside 0..11"},
-		{"own host max", Config{OwnHostMax: -1}, "own_host_max: -1 is negative (0: rewrite every URL)"},
 	}
 	for _, tc := range tests {
 		err := tc.cfg.Validate()
