@@ -50,13 +50,21 @@ type Stats struct {
 // a token longer than Config.MaxTokenBytes is not an error
 // (Stats.PassedThrough).
 func (r *Rewriter) HTML(dst io.Writer, src io.Reader, doc *url.URL) (Stats, error) {
+	return r.copyBody(dst, src, doc, "html")
+}
+
+// copyBody reads src, rewrites it as HTML or CSS (kind) and writes it to
+// dst: HTML and CSS, which differ in the kind alone (a style sheet here
+// is taken as fetched from the VIP: every URL in VIP form).
+func (r *Rewriter) copyBody(dst io.Writer, src io.Reader, doc *url.URL, kind string) (Stats, error) {
 	in, err := io.ReadAll(src)
 	if err != nil {
-		return Stats{}, fmt.Errorf("rewrite: reading html: %w", err)
+		return Stats{}, fmt.Errorf("rewrite: reading %s: %w", kind, err)
 	}
-	out, st := r.body(make([]byte, 0, len(in)+len(in)/8), in, doc, false, true)
+	css := kind == "css"
+	out, st := r.body(make([]byte, 0, len(in)+len(in)/8), in, doc, css, !css)
 	if _, err := dst.Write(out); err != nil {
-		return st, fmt.Errorf("rewrite: writing html: %w", err)
+		return st, fmt.Errorf("rewrite: writing %s: %w", kind, err)
 	}
 	return st, nil
 }
@@ -98,19 +106,7 @@ func (r *Rewriter) body(out, b []byte, docURL *url.URL, css, own bool) ([]byte, 
 // their VIP form, resolved against doc (the style sheet's own URL). It reads
 // the whole sheet into memory. The error is a read or write error.
 func (r *Rewriter) CSS(dst io.Writer, src io.Reader, doc *url.URL) (Stats, error) {
-	in, err := io.ReadAll(src)
-	if err != nil {
-		return Stats{}, fmt.Errorf("rewrite: reading css: %w", err)
-	}
-	d := r.newDoc(doc)
-	out, changed := d.u.appendCSS(nil, in, inCSS)
-	if !changed {
-		out = in
-	}
-	if _, err := dst.Write(out); err != nil {
-		return d.u.stats, fmt.Errorf("rewrite: writing css: %w", err)
-	}
-	return d.u.stats, nil
+	return r.copyBody(dst, src, doc, "css")
 }
 
 // doc is the state of one document's rewrite.
