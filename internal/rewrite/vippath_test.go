@@ -294,20 +294,16 @@ func TestOwnHostMax(t *testing.T) {
 		{"own URLs only", 6, own, own, 5, 0},
 		{"base elsewhere", 6, own + based, own + `<base href="http://cdn.test/d/"><img src="http://192.0.2.12/cdn.test/d/e.png">`, 5, 1},
 	} {
+		got, st := htmlWith(t, Config{OwnHostMax: c.max}, c.in, "http://www.site.test/dir/page.html")
+		if got != c.want || st.KeptOwn != c.kept || st.URLs != c.rewrote {
+			t.Errorf("%s:\n got %s (kept %d, rewritten %d)\nwant %s (kept %d, rewritten %d)", c.name, got, st.KeptOwn, st.URLs, c.want, c.kept, c.rewrote)
+		}
+		// Response takes the same decision; with nothing else to rewrite
+		// the body passes as it came.
 		r, err := New("192.0.2.12", Config{OwnHostMax: c.max}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out strings.Builder
-		st, err := r.HTML(&out, strings.NewReader(c.in), mustURL(t, "http://www.site.test/dir/page.html"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out.String() != c.want || st.KeptOwn != c.kept || st.URLs != c.rewrote {
-			t.Errorf("%s:\n got %s (kept %d, rewritten %d)\nwant %s (kept %d, rewritten %d)", c.name, out.String(), st.KeptOwn, st.URLs, c.want, c.kept, c.rewrote)
-		}
-		// Response takes the same decision; with nothing else to rewrite
-		// the body passes as it came.
 		resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/html"}}, Body: io.NopCloser(strings.NewReader(c.in))}
 		res := r.Response(resp, mustURL(t, "http://www.site.test/dir/page.html"), false)
 		b, _ := io.ReadAll(resp.Body)
@@ -359,16 +355,25 @@ func TestFirstImagesPlain(t *testing.T) {
 		{false, 2, `<img src="https://192.0.2.12/a.com/1.png" srcset="https://192.0.2.12/a.com/1x2.png 2x"><video poster="https://192.0.2.12/a.com/v.png"></video>` +
 			`<img src="https://192.0.2.12/a.com/2.png"><img src="https://192.0.2.12/a.com/3.png">`},
 	} {
-		r, err := New("192.0.2.12", Config{Origins: origins, PlainBlocking: c.plainBlocking, FirstImagesPlain: c.n}, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out strings.Builder
-		if _, err := r.HTML(&out, strings.NewReader(in), mustURL(t, "http://www.foo.com/")); err != nil {
-			t.Fatal(err)
-		}
-		if out.String() != c.want {
-			t.Errorf("PlainBlocking %v, FirstImagesPlain %d:\n got %s\nwant %s", c.plainBlocking, c.n, out.String(), c.want)
+		got, _ := htmlWith(t, Config{Origins: origins, PlainBlocking: c.plainBlocking, FirstImagesPlain: c.n}, in, "http://www.foo.com/")
+		if got != c.want {
+			t.Errorf("PlainBlocking %v, FirstImagesPlain %d:\n got %s\nwant %s", c.plainBlocking, c.n, got, c.want)
 		}
 	}
+}
+
+// htmlWith rewrites the HTML document in, at the URL doc, with a Rewriter
+// of cfg for the VIP 192.0.2.12, and returns the output and its Stats.
+func htmlWith(t *testing.T, cfg Config, in, doc string) (string, Stats) {
+	t.Helper()
+	r, err := New("192.0.2.12", cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	st, err := r.HTML(&out, strings.NewReader(in), mustURL(t, doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), st
 }
