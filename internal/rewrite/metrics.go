@@ -40,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		urlsKept: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "pep", Subsystem: "rewrite", Name: "urls_kept_total",
-			Help: "URLs on their HTML document's own host left as they are: the document names at most rewrite.own_host_max of them.",
+			Help: "URLs on their document's own host left as they are (https.own_host_max): an HTML document naming at most that many, a style sheet it kept on its host.",
 		}),
 		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "pep", Subsystem: "rewrite", Name: "seconds",
