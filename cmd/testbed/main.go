@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -98,6 +99,15 @@ func cmdRun(args []string) error {
 	fs.StringVar(&c.CCPhone, "cc-phone", "cubic", "TCP congestion control of the phone's namespace (mn)")
 	fs.StringVar(&c.CCGW, "cc-gw", "cubic", "TCP congestion control of the gateway's namespace (pepd, Squid)")
 	fs.StringVar(&c.CCOrigin, "cc-origin", "cubic", "TCP congestion control of the origin's namespace (core)")
+	fs.IntVar(&c.GWInitCwnd, "gw-initcwnd", 0, "initial congestion window, in segments, of the gateway's TCP toward the radio link (pepd, Squid; ip route initcwnd); 0: the kernel's 10")
+	fs.Func("gw-slow-start-after-idle", "the gateway's net.ipv4.tcp_slow_start_after_idle, 0 or 1 (default 1, the kernel's)", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || (n != 0 && n != 1) {
+			return fmt.Errorf("want 0 or 1")
+		}
+		c.GWSlowStartAfterIdle = &n
+		return nil
+	})
 	fs.Func("vip", "the VIP's address in the testbed (default 192.0.2.12; 10.0.0.12, the paper's private one, shows Chromium's Local Network Access checks)", func(v string) error {
 		a, err := netip.ParseAddr(v)
 		if err != nil || !a.Is4() {

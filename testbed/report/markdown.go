@@ -41,6 +41,9 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 	} else {
 		b.WriteString("- TCP congestion control: not recorded (the host's default in every namespace)\n")
 	}
+	if c.GWTCP != "" {
+		fmt.Fprintf(&b, "- gateway's TCP toward the radio link (read back; initcwnd 0 is the kernel's 10 segments): %s\n", c.GWTCP)
+	}
 	if len(c.Pepd) > 0 {
 		fmt.Fprintf(&b, "- pepd settings (-pepd, over the testbed's pepd.yaml): `%s`\n", strings.Join(c.Pepd, "`, `"))
 	}

@@ -215,6 +215,12 @@ type Config struct {
 	// phone (mn), gateway and origin (core) namespaces ("" = cubic;
 	// topo.Config).
 	CCPhone, CCGW, CCOrigin string
+	// GWInitCwnd and GWSlowStartAfterIdle are the gateway's TCP toward the
+	// radio link (topo.Config): the initial window in segments (0: the
+	// kernel's 10) and net.ipv4.tcp_slow_start_after_idle (nil: 1, the
+	// kernel's).
+	GWInitCwnd           int
+	GWSlowStartAfterIdle *int
 	// PageTimeout bounds one page load; Settle is the quiet time after
 	// onload and SettleMax the longest wait for it (browser.Options).
 	PageTimeout, Settle, SettleMax time.Duration
@@ -347,6 +353,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("disable_features", strings.Join(c.DisableFeatures, ",")),
 		slog.Any("pepd", PepdStrings(c.Pepd)), slog.String("origin_compress", c.OriginCompress),
 		slog.String("cc_phone", c.CCPhone), slog.String("cc_gw", c.CCGW), slog.String("cc_origin", c.CCOrigin),
+		slog.Int("gw_initcwnd", c.GWInitCwnd), slog.Any("gw_slow_start_after_idle", c.GWSlowStartAfterIdle),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
 		slog.Bool("har", c.HAR), slog.Bool("stock_chromium", c.StockChromium), slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),
 	)

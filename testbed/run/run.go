@@ -321,6 +321,10 @@ func bedTopo(c Config, plan *corpus.Plan) topo.Config {
 			*cc.dst = cc.v
 		}
 	}
+	tc.GWInitCwnd = c.GWInitCwnd
+	if c.GWSlowStartAfterIdle != nil {
+		tc.GWSlowStartAfterIdle = *c.GWSlowStartAfterIdle
+	}
 	return tc
 }
 
@@ -367,6 +371,14 @@ func (e *experiment) runUnit(ctx context.Context, u unit) error {
 		}
 		cc[r.Role] = got
 	}
+	iw, ssai, err := topo.ReadGWTCP(bed.Topo.Config)
+	if err != nil {
+		return err
+	}
+	if want := bed.Topo.Config; iw != want.GWInitCwnd || ssai != want.GWSlowStartAfterIdle {
+		return fmt.Errorf("run: gateway TCP is initcwnd %d, tcp_slow_start_after_idle %d; want %d, %d", iw, ssai, want.GWInitCwnd, want.GWSlowStartAfterIdle)
+	}
+	gwTCP := fmt.Sprintf("initcwnd %d, tcp_slow_start_after_idle %d", iw, ssai)
 	for _, m := range RotateModes(u.modes, u.run) {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -377,6 +389,9 @@ func (e *experiment) runUnit(ctx context.Context, u unit) error {
 			rc.Backend = bed.Link.Backend().String() // the same for every profile
 			if rc.CC == nil {
 				rc.CC = cc
+			}
+			if rc.GWTCP == "" {
+				rc.GWTCP = gwTCP
 			}
 			if rc.Browser == "" {
 				rc.Browser = ua

@@ -48,6 +48,19 @@ type Config struct {
 	// namespace inherits the host's, bbr on this project's machines, and
 	// most web servers and phones run CUBIC). Default: "cubic" each.
 	CCPhone, CCGW, CCOrigin string
+
+	// GWInitCwnd is the initial congestion window, in segments, of the TCP
+	// connections the gateway (pepd, Squid) serves over the radio link: the
+	// initcwnd of gw's route to the radio prefix (ip-route(8)); it applies
+	// only to TCP that ends on gw, never to forwarded packets, so direct
+	// mode is unchanged. 0 keeps the kernel's 10 segments (RFC 6928).
+	GWInitCwnd int
+
+	// GWSlowStartAfterIdle is gw's net.ipv4.tcp_slow_start_after_idle: 1
+	// (the kernel's default) restarts slow start on a connection idle for
+	// one RTO (RFC 5681 §4.1), 0 keeps its window, as
+	// deploy/sysctl/90-pep.conf sets on a gateway. Default 1.
+	GWSlowStartAfterIdle int
 }
 
 // CCs returns the namespaces whose congestion control Plan sets and the
@@ -63,6 +76,33 @@ func ReadCC(ns string) (string, error) {
 		return "", fmt.Errorf("topo: congestion control of %s: %w", ns, err)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// ReadGWTCP reads back the gateway's TCP toward the radio link: the
+// initcwnd of gw's route to the radio prefix (0 when the route sets none:
+// the kernel's 10 segments) and net.ipv4.tcp_slow_start_after_idle.
+func ReadGWTCP(c Config) (initcwnd, slowStartAfterIdle int, err error) {
+	radio := netip.PrefixFrom(c.GWRadio, c.RadioBits).Masked()
+	out, err := exec.Command("ip", "-n", c.GWNS(), "route", "show", radio.String()).Output()
+	if err != nil {
+		return 0, 0, fmt.Errorf("topo: route to %s in %s: %w", radio, c.GWNS(), err)
+	}
+	f := strings.Fields(string(out))
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "initcwnd" {
+			if initcwnd, err = strconv.Atoi(f[i+1]); err != nil {
+				return 0, 0, fmt.Errorf("topo: route to %s in %s: initcwnd %q", radio, c.GWNS(), f[i+1])
+			}
+		}
+	}
+	v, err := exec.Command("ip", "netns", "exec", c.GWNS(), "sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle").Output()
+	if err != nil {
+		return 0, 0, fmt.Errorf("topo: tcp_slow_start_after_idle of %s: %w", c.GWNS(), err)
+	}
+	if slowStartAfterIdle, err = strconv.Atoi(strings.TrimSpace(string(v))); err != nil {
+		return 0, 0, fmt.Errorf("topo: tcp_slow_start_after_idle of %s: %q", c.GWNS(), v)
+	}
+	return initcwnd, slowStartAfterIdle, nil
 }
 
 var prefixSeq atomic.Int64
@@ -89,6 +129,8 @@ func Default() Config {
 		CCPhone:   "cubic",
 		CCGW:      "cubic",
 		CCOrigin:  "cubic",
+
+		GWSlowStartAfterIdle: 1,
 	}
 }
 
@@ -119,6 +161,12 @@ func (c Config) Validate() error {
 	}
 	if radio.Overlaps(wired) || c.Origins.Overlaps(radio) || c.Origins.Overlaps(wired) {
 		return fmt.Errorf("topo: radio %s, wired %s and origins %s must not overlap", radio, wired, c.Origins)
+	}
+	if c.GWInitCwnd < 0 || c.GWInitCwnd > 1000 {
+		return fmt.Errorf("topo: gateway initcwnd %d: want 0 (the kernel's) to 1000 segments", c.GWInitCwnd)
+	}
+	if c.GWSlowStartAfterIdle != 0 && c.GWSlowStartAfterIdle != 1 {
+		return fmt.Errorf("topo: gateway tcp_slow_start_after_idle %d: want 0 or 1", c.GWSlowStartAfterIdle)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package topo
 
 import (
 	"fmt"
+	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -101,6 +103,13 @@ func Plan(c Config, bridge bool) []Cmd {
 	add("ip", "-n", c.GWNS(), "link", "set", "dev", IfGWWired, "up")
 	add("ip", "-n", c.GWNS(), "route", "add", c.Origins.String(), "via", c.Core.String())
 	add("ip", "netns", "exec", c.GWNS(), "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	// gw's TCP toward the radio link: idle restart and initial window.
+	add("ip", "netns", "exec", c.GWNS(), "sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle="+strconv.Itoa(c.GWSlowStartAfterIdle))
+	if c.GWInitCwnd > 0 {
+		radio := netip.PrefixFrom(c.GWRadio, c.RadioBits).Masked()
+		add("ip", "-n", c.GWNS(), "route", "replace", radio.String(), "dev", IfGWRadio, "proto", "kernel", "scope", "link",
+			"src", c.GWRadio.String(), "initcwnd", strconv.Itoa(c.GWInitCwnd))
+	}
 
 	// core: resolver and origin; every origin address is local (AnyIP).
 	add("ip", "-n", c.CoreNS(), "addr", "add", fmt.Sprintf("%s/%d", c.Core, c.WiredBits), "dev", IfCore)

@@ -263,3 +263,66 @@ func TestSweep(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestGatewayRadioTCP builds a testbed with the gateway's radio-side TCP
+// set (initial window 40 segments, no slow-start restart after idle) and
+// one with the kernel's defaults, and reads both back from a connection
+// the gateway accepted from mn: ss(8)'s cwnd on gw's side, and gw's
+// net.ipv4.tcp_slow_start_after_idle.
+func TestGatewayRadioTCP(t *testing.T) {
+	needRoot(t)
+	if _, err := exec.LookPath("ss"); err != nil {
+		t.Skipf("needs ss: %v", err)
+	}
+	for _, tc := range []struct {
+		name           string
+		initcwnd, ssai int
+		wantCwnd       string
+	}{
+		{"set", 40, 0, "cwnd:40"},
+		{"kernel defaults", 0, 1, "cwnd:10"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.GWInitCwnd, c.GWSlowStartAfterIdle = tc.initcwnd, tc.ssai
+			top, err := Up(context.Background(), c, true, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer top.Close()
+			var ln net.Listener
+			if err := Do(c.GWNS(), func() (err error) { ln, err = net.Listen("tcp4", c.VIP.String()+":8081"); return }); err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			accepted := make(chan net.Conn, 1)
+			go func() {
+				if conn, err := ln.Accept(); err == nil {
+					accepted <- conn
+				}
+			}()
+			var conn net.Conn
+			if err := Do(c.MNNS(), func() (err error) { conn, err = net.DialTimeout("tcp4", c.VIP.String()+":8081", 5*time.Second); return }); err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			select {
+			case sc := <-accepted:
+				defer sc.Close()
+			case <-time.After(5 * time.Second):
+				t.Fatal("gw accepted nothing")
+			}
+			out, err := exec.Command("ip", "netns", "exec", c.GWNS(), "ss", "-tin", "state", "established", "src", c.VIP.String()+":8081").CombinedOutput()
+			if err != nil {
+				t.Fatalf("ss: %v\n%s", err, out)
+			}
+			if !strings.Contains(string(out), tc.wantCwnd+" ") {
+				t.Errorf("gw's accepted connection: want %s in\n%s", tc.wantCwnd, out)
+			}
+			iw, ssai, err := ReadGWTCP(c)
+			if err != nil || iw != tc.initcwnd || ssai != tc.ssai {
+				t.Errorf("ReadGWTCP = initcwnd %d, tcp_slow_start_after_idle %d, %v; want %d, %d", iw, ssai, err, tc.initcwnd, tc.ssai)
+			}
+		})
+	}
+}
