@@ -99,8 +99,20 @@ func cmdRun(args []string) error {
 	fs.StringVar(&c.CCPhone, "cc-phone", "cubic", "TCP congestion control of the phone's namespace (mn)")
 	fs.StringVar(&c.CCGW, "cc-gw", "cubic", "TCP congestion control of the gateway's namespace (pepd, Squid)")
 	fs.StringVar(&c.CCOrigin, "cc-origin", "cubic", "TCP congestion control of the origin's namespace (core)")
-	fs.IntVar(&c.GWInitCwnd, "gw-initcwnd", 0, "initial congestion window, in segments, of the gateway's TCP toward the radio link (pepd, Squid; ip route initcwnd); 0: the kernel's 10")
-	fs.Func("gw-slow-start-after-idle", "the gateway's net.ipv4.tcp_slow_start_after_idle, 0 or 1 (default 1, the kernel's)", func(v string) error {
+	fs.Func("gw-initcwnd", `initial congestion window, in segments, of the gateway's TCP toward the radio link (pepd, Squid; ip route initcwnd): a number, 0 for the kernel's 10, or "bdp" for each profile's bandwidth-delay product (10 to 44; run.BDPInitCwnd) (default "bdp")`, func(v string) error {
+		if v == "bdp" {
+			c.GWInitCwnd = run.InitCwndBDP
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1000 {
+			return fmt.Errorf(`want "bdp" or 0 to 1000 segments`)
+		}
+		c.GWInitCwnd = n
+		return nil
+	})
+	fs.BoolVar(&c.GWInitCwndTLSOnly, "gw-initcwnd-tls-only", c.GWInitCwndTLSOnly, "-gw-initcwnd for the connections of pepd's TLS listener only (the VIP's HTTPS origin); the others keep 10")
+	fs.Func("gw-slow-start-after-idle", "the gateway's net.ipv4.tcp_slow_start_after_idle, 0 or 1 (default 0, as deploy/sysctl/90-pep.conf; 1 is the kernel's)", func(v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || (n != 0 && n != 1) {
 			return fmt.Errorf("want 0 or 1")

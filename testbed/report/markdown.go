@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -41,8 +42,14 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 	} else {
 		b.WriteString("- TCP congestion control: not recorded (the host's default in every namespace)\n")
 	}
-	if c.GWTCP != "" {
-		fmt.Fprintf(&b, "- gateway's TCP toward the radio link (read back; initcwnd 0 is the kernel's 10 segments): %s\n", c.GWTCP)
+	if len(c.GWTCP) > 0 {
+		var ps []string
+		for _, p := range slices.Sorted(maps.Keys(c.GWTCP)) {
+			ps = append(ps, p+": "+c.GWTCP[p])
+		}
+		fmt.Fprintf(&b, "- gateway's TCP toward the radio link (read back; initcwnd 0 is the kernel's 10 segments): %s\n", strings.Join(ps, "; "))
+	} else {
+		b.WriteString("- gateway's TCP toward the radio link: not recorded (the kernel's: initcwnd 10, tcp_slow_start_after_idle 1)\n")
 	}
 	if len(c.Pepd) > 0 {
 		fmt.Fprintf(&b, "- pepd settings (-pepd, over the testbed's pepd.yaml): `%s`\n", strings.Join(c.Pepd, "`, `"))

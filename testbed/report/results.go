@@ -172,11 +172,12 @@ type RunConfig struct {
 	// setup: "phone", "gateway", "origin" ("" in older results: the host's
 	// default, bbr on this project's machines).
 	CC map[string]string `json:"congestion_control,omitempty"`
-	// GWTCP is the gateway's TCP toward the radio link, read back after
-	// setup (topo.ReadGWTCP), e.g. "initcwnd 40, tcp_slow_start_after_idle
-	// 0"; initcwnd 0 is the kernel's 10 segments. "" in older results: the
-	// kernel's defaults (initcwnd 10, tcp_slow_start_after_idle 1).
-	GWTCP string `json:"gateway_tcp,omitempty"`
+	// GWTCP is the gateway's TCP toward the radio link by profile, read
+	// back after setup (topo.ReadGWTCP), e.g. "initcwnd 40,
+	// tcp_slow_start_after_idle 0"; initcwnd 0 is the kernel's 10
+	// segments. Empty in older results: the kernel's defaults (initcwnd
+	// 10, tcp_slow_start_after_idle 1).
+	GWTCP map[string]string `json:"gateway_tcp,omitempty"`
 	// ModeOrder says how the sessions of a run were ordered ("" in older
 	// results: the order of Modes in every run).
 	ModeOrder   string    `json:"mode_order,omitempty"`

@@ -62,6 +62,9 @@ type BedOptions struct {
 // error, everything built so far is removed.
 func NewBed(ctx context.Context, rc Config, o BedOptions, log *slog.Logger) (b *Bed, err error) {
 	tc := bedTopo(rc, o.Plan)
+	if rc.GWInitCwnd == InitCwndBDP {
+		tc.GWInitCwnd = BDPInitCwnd(o.Profile)
+	}
 	tc.WiredEmulated = o.Wired != nil
 	b = &Bed{Plan: o.Plan, Profile: o.Profile, logs: o.Logs, log: log.With("profile", o.Profile.Name), mode: "direct", compress: rc.OriginCompress}
 	defer func() {

@@ -3,6 +3,7 @@ package run
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"pep/netem"
 	"pep/testbed/browser"
 	"pep/testbed/origin"
 )
@@ -217,10 +219,17 @@ type Config struct {
 	CCPhone, CCGW, CCOrigin string
 	// GWInitCwnd and GWSlowStartAfterIdle are the gateway's TCP toward the
 	// radio link (topo.Config): the initial window in segments (0: the
-	// kernel's 10) and net.ipv4.tcp_slow_start_after_idle (nil: 1, the
-	// kernel's).
+	// kernel's 10; InitCwndBDP: BDPInitCwnd of each profile) and
+	// net.ipv4.tcp_slow_start_after_idle (nil: 1, the kernel's). Default:
+	// InitCwndBDP for pepd's TLS listener only, and 0, as
+	// docs/operations.md ("The radio leg's TCP") and
+	// deploy/sysctl/90-pep.conf set a gateway.
 	GWInitCwnd           int
 	GWSlowStartAfterIdle *int
+	// GWInitCwndTLSOnly limits GWInitCwnd to the connections pepd's TLS
+	// listener accepts (the VIP's HTTPS origin; PepdTLSPort): the plain
+	// VIP's and the intercepted port 80's keep the kernel's 10 segments.
+	GWInitCwndTLSOnly bool
 	// PageTimeout bounds one page load; Settle is the quiet time after
 	// onload and SettleMax the longest wait for it (browser.Options).
 	PageTimeout, Settle, SettleMax time.Duration
@@ -264,6 +273,8 @@ func Default() Config {
 		Corpus: "default", Profiles: []string{"paper-average", "paper-congested"}, Wired: DefaultWired,
 		Modes: slices.Clone(Modes), Runs: 3, Out: "testbed-out", Resolver: browser.ResolverBuiltin,
 		PageTimeout: 3 * time.Minute, Settle: 500 * time.Millisecond, SettleMax: 10 * time.Second, Backend: "auto", Parallel: 1,
+		// The gateway's radio-side TCP as docs/operations.md deploys it.
+		GWInitCwnd: InitCwndBDP, GWInitCwndTLSOnly: true, GWSlowStartAfterIdle: new(0),
 	}
 }
 
@@ -343,6 +354,27 @@ func PepdStrings(settings []PepdSetting) []string {
 // Squid): every mode but direct.
 func NeedsPEP(mode string) bool { return mode != "direct" }
 
+// InitCwndBDP as Config.GWInitCwnd sets each profile's gateway initial
+// window to BDPInitCwnd of the profile.
+const InitCwndBDP = -1
+
+// BDPInitCwnd is the initial window, in segments, that fills the radio
+// link of profile p in one round trip: its downlink rate times its RTT
+// (the two directions' delays) in 1,500-byte packets, rounded up, at
+// least 10 (the kernel's, RFC 6928) and at most 44 (64,240 bytes: the
+// receive window a Linux or Android phone advertises in its SYN, which
+// bounds the first flight anyway). An unlimited link gets 10. 3g
+// (1.6 Mbit/s, 300 ms): 40; the paper's cells: 10.
+func BDPInitCwnd(p netem.Profile) int {
+	rate := float64(p.Down.Rate)
+	if rate == 0 {
+		return 10
+	}
+	rtt := (p.Up.Delay + p.Down.Delay).Seconds()
+	n := int(math.Ceil(rate * rtt / 8 / 1500))
+	return min(max(n, 10), 44)
+}
+
 // LogValue logs the exact configuration as one group.
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
@@ -353,7 +385,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("disable_features", strings.Join(c.DisableFeatures, ",")),
 		slog.Any("pepd", PepdStrings(c.Pepd)), slog.String("origin_compress", c.OriginCompress),
 		slog.String("cc_phone", c.CCPhone), slog.String("cc_gw", c.CCGW), slog.String("cc_origin", c.CCOrigin),
-		slog.Int("gw_initcwnd", c.GWInitCwnd), slog.Any("gw_slow_start_after_idle", c.GWSlowStartAfterIdle),
+		slog.Int("gw_initcwnd", c.GWInitCwnd), slog.Bool("gw_initcwnd_tls_only", c.GWInitCwndTLSOnly), slog.Any("gw_slow_start_after_idle", c.GWSlowStartAfterIdle),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
 		slog.Bool("har", c.HAR), slog.Bool("stock_chromium", c.StockChromium), slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),
 	)

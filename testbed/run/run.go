@@ -321,7 +321,10 @@ func bedTopo(c Config, plan *corpus.Plan) topo.Config {
 			*cc.dst = cc.v
 		}
 	}
-	tc.GWInitCwnd = c.GWInitCwnd
+	tc.GWInitCwnd = max(c.GWInitCwnd, 0) // InitCwndBDP: NewBed, by profile
+	if c.GWInitCwndTLSOnly {
+		tc.GWInitCwndPorts = []uint16{PepdTLSPort}
+	}
 	if c.GWSlowStartAfterIdle != nil {
 		tc.GWSlowStartAfterIdle = *c.GWSlowStartAfterIdle
 	}
@@ -379,6 +382,9 @@ func (e *experiment) runUnit(ctx context.Context, u unit) error {
 		return fmt.Errorf("run: gateway TCP is initcwnd %d, tcp_slow_start_after_idle %d; want %d, %d", iw, ssai, want.GWInitCwnd, want.GWSlowStartAfterIdle)
 	}
 	gwTCP := fmt.Sprintf("initcwnd %d, tcp_slow_start_after_idle %d", iw, ssai)
+	if ports := bed.Topo.Config.GWInitCwndPorts; iw > 0 && len(ports) > 0 {
+		gwTCP = fmt.Sprintf("initcwnd %d from local ports %v only (pepd's TLS listener), tcp_slow_start_after_idle %d", iw, ports, ssai)
+	}
 	for _, m := range RotateModes(u.modes, u.run) {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -390,9 +396,10 @@ func (e *experiment) runUnit(ctx context.Context, u unit) error {
 			if rc.CC == nil {
 				rc.CC = cc
 			}
-			if rc.GWTCP == "" {
-				rc.GWTCP = gwTCP
+			if rc.GWTCP == nil {
+				rc.GWTCP = map[string]string{}
 			}
+			rc.GWTCP[u.prof.Name] = gwTCP
 			if rc.Browser == "" {
 				rc.Browser = ua
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"pep/internal/config"
+	"pep/netem"
 	"pep/testbed/topo"
 )
 
@@ -285,5 +286,31 @@ func TestWithHints(t *testing.T) {
 	c.Modes = []string{"direct+hints"}
 	if err := c.Validate(); err == nil {
 		t.Error("direct+hints accepted")
+	}
+}
+
+// TestBDPInitCwnd checks the gateway's initial window by profile: the
+// radio link's bandwidth-delay product in 1,500-byte packets, 10 to 44.
+func TestBDPInitCwnd(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		want    int
+	}{
+		{"3g", 40},              // 1.6 Mbit/s x 300 ms = 60,000 bytes
+		{"paper-average", 10},   // 81 kbit/s x 400 ms: 3 packets, the kernel's 10
+		{"paper-congested", 10}, // 58 kbit/s x 600 ms
+		{"2g", 19},              // 280 kbit/s x 800 ms = 28,000 bytes
+		{"4g", 44},              // 9 Mbit/s x 170 ms: 128 packets, the phone's first receive window
+	} {
+		p, err := netem.LoadProfile(tc.profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := BDPInitCwnd(p); got != tc.want {
+			t.Errorf("BDPInitCwnd(%s) = %d, want %d", tc.profile, got, tc.want)
+		}
+	}
+	if got := BDPInitCwnd(netem.Profile{}); got != 10 {
+		t.Errorf("BDPInitCwnd(unlimited) = %d, want 10", got)
 	}
 }

@@ -56,6 +56,13 @@ type Config struct {
 	// mode is unchanged. 0 keeps the kernel's 10 segments (RFC 6928).
 	GWInitCwnd int
 
+	// GWInitCwndPorts, when not empty, limits GWInitCwnd to TCP the
+	// gateway serves from these local ports (a policy rule per port, "ip
+	// rule ipproto tcp sport P", to table GWInitCwndTable, which holds the
+	// radio prefix's route with the initcwnd); the gateway's other
+	// connections keep the kernel's 10 segments. Empty: every connection.
+	GWInitCwndPorts []uint16
+
 	// GWSlowStartAfterIdle is gw's net.ipv4.tcp_slow_start_after_idle: 1
 	// (the kernel's default) restarts slow start on a connection idle for
 	// one RTO (RFC 5681 §4.1), 0 keeps its window, as
@@ -78,21 +85,28 @@ func ReadCC(ns string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// GWInitCwndTable is the routing table that holds the radio prefix's route
+// with GWInitCwnd when GWInitCwndPorts limits it to some ports.
+const GWInitCwndTable = "101"
+
 // ReadGWTCP reads back the gateway's TCP toward the radio link: the
-// initcwnd of gw's route to the radio prefix (0 when the route sets none:
-// the kernel's 10 segments) and net.ipv4.tcp_slow_start_after_idle.
+// largest initcwnd of gw's routes to the radio prefix in any table (0 when
+// none sets one: the kernel's 10 segments) and
+// net.ipv4.tcp_slow_start_after_idle.
 func ReadGWTCP(c Config) (initcwnd, slowStartAfterIdle int, err error) {
 	radio := netip.PrefixFrom(c.GWRadio, c.RadioBits).Masked()
-	out, err := exec.Command("ip", "-n", c.GWNS(), "route", "show", radio.String()).Output()
+	out, err := exec.Command("ip", "-n", c.GWNS(), "route", "show", "table", "all", radio.String()).Output()
 	if err != nil {
 		return 0, 0, fmt.Errorf("topo: route to %s in %s: %w", radio, c.GWNS(), err)
 	}
 	f := strings.Fields(string(out))
 	for i := 0; i+1 < len(f); i++ {
 		if f[i] == "initcwnd" {
-			if initcwnd, err = strconv.Atoi(f[i+1]); err != nil {
+			n, err := strconv.Atoi(f[i+1])
+			if err != nil {
 				return 0, 0, fmt.Errorf("topo: route to %s in %s: initcwnd %q", radio, c.GWNS(), f[i+1])
 			}
+			initcwnd = max(initcwnd, n)
 		}
 	}
 	v, err := exec.Command("ip", "netns", "exec", c.GWNS(), "sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle").Output()

@@ -107,8 +107,16 @@ func Plan(c Config, bridge bool) []Cmd {
 	add("ip", "netns", "exec", c.GWNS(), "sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle="+strconv.Itoa(c.GWSlowStartAfterIdle))
 	if c.GWInitCwnd > 0 {
 		radio := netip.PrefixFrom(c.GWRadio, c.RadioBits).Masked()
-		add("ip", "-n", c.GWNS(), "route", "replace", radio.String(), "dev", IfGWRadio, "proto", "kernel", "scope", "link",
-			"src", c.GWRadio.String(), "initcwnd", strconv.Itoa(c.GWInitCwnd))
+		route := []string{"ip", "-n", c.GWNS(), "route", "replace", radio.String(), "dev", IfGWRadio, "proto", "kernel", "scope", "link",
+			"src", c.GWRadio.String(), "initcwnd", strconv.Itoa(c.GWInitCwnd)}
+		if len(c.GWInitCwndPorts) == 0 {
+			add(route...)
+		} else {
+			add(append(route, "table", GWInitCwndTable)...)
+			for _, port := range c.GWInitCwndPorts {
+				add("ip", "-n", c.GWNS(), "rule", "add", "ipproto", "tcp", "sport", strconv.Itoa(int(port)), "lookup", GWInitCwndTable, "priority", "100")
+			}
+		}
 	}
 
 	// core: resolver and origin; every origin address is local (AnyIP).

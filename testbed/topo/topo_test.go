@@ -277,47 +277,52 @@ func TestGatewayRadioTCP(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		initcwnd, ssai int
-		wantCwnd       string
+		ports          []uint16
+		wantCwnd       map[int]string // by the gateway's listening port
 	}{
-		{"set", 40, 0, "cwnd:40"},
-		{"kernel defaults", 0, 1, "cwnd:10"},
+		{"set", 40, 0, nil, map[int]string{8081: "cwnd:40", 8082: "cwnd:40"}},
+		{"one port", 40, 0, []uint16{8082}, map[int]string{8081: "cwnd:10", 8082: "cwnd:40"}},
+		{"kernel defaults", 0, 1, nil, map[int]string{8081: "cwnd:10", 8082: "cwnd:10"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
-			c.GWInitCwnd, c.GWSlowStartAfterIdle = tc.initcwnd, tc.ssai
+			c.GWInitCwnd, c.GWSlowStartAfterIdle, c.GWInitCwndPorts = tc.initcwnd, tc.ssai, tc.ports
 			top, err := Up(context.Background(), c, true, testLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer top.Close()
-			var ln net.Listener
-			if err := Do(c.GWNS(), func() (err error) { ln, err = net.Listen("tcp4", c.VIP.String()+":8081"); return }); err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			accepted := make(chan net.Conn, 1)
-			go func() {
-				if conn, err := ln.Accept(); err == nil {
-					accepted <- conn
+			for port, want := range tc.wantCwnd {
+				addr := c.VIP.String() + ":" + strconv.Itoa(port)
+				var ln net.Listener
+				if err := Do(c.GWNS(), func() (err error) { ln, err = net.Listen("tcp4", addr); return }); err != nil {
+					t.Fatal(err)
 				}
-			}()
-			var conn net.Conn
-			if err := Do(c.MNNS(), func() (err error) { conn, err = net.DialTimeout("tcp4", c.VIP.String()+":8081", 5*time.Second); return }); err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			select {
-			case sc := <-accepted:
-				defer sc.Close()
-			case <-time.After(5 * time.Second):
-				t.Fatal("gw accepted nothing")
-			}
-			out, err := exec.Command("ip", "netns", "exec", c.GWNS(), "ss", "-tin", "state", "established", "src", c.VIP.String()+":8081").CombinedOutput()
-			if err != nil {
-				t.Fatalf("ss: %v\n%s", err, out)
-			}
-			if !strings.Contains(string(out), tc.wantCwnd+" ") {
-				t.Errorf("gw's accepted connection: want %s in\n%s", tc.wantCwnd, out)
+				defer ln.Close()
+				accepted := make(chan net.Conn, 1)
+				go func() {
+					if conn, err := ln.Accept(); err == nil {
+						accepted <- conn
+					}
+				}()
+				var conn net.Conn
+				if err := Do(c.MNNS(), func() (err error) { conn, err = net.DialTimeout("tcp4", addr, 5*time.Second); return }); err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				select {
+				case sc := <-accepted:
+					defer sc.Close()
+				case <-time.After(5 * time.Second):
+					t.Fatal("gw accepted nothing")
+				}
+				out, err := exec.Command("ip", "netns", "exec", c.GWNS(), "ss", "-tin", "state", "established", "src", addr).CombinedOutput()
+				if err != nil {
+					t.Fatalf("ss: %v\n%s", err, out)
+				}
+				if !strings.Contains(string(out), want+" ") {
+					t.Errorf("gw's connection accepted on port %d: want %s in\n%s", port, want, out)
+				}
 			}
 			iw, ssai, err := ReadGWTCP(c)
 			if err != nil || iw != tc.initcwnd || ssai != tc.ssai {
