@@ -78,9 +78,14 @@ func (c Config) CCs() []struct{ Role, NS, CC string } {
 
 // ReadCC reads back a namespace's TCP congestion control.
 func ReadCC(ns string) (string, error) {
-	out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-n", "net.ipv4.tcp_congestion_control").Output()
+	return readSysctl(ns, "net.ipv4.tcp_congestion_control")
+}
+
+// readSysctl reads the value of key in namespace ns (sysctl -n).
+func readSysctl(ns, key string) (string, error) {
+	out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-n", key).Output()
 	if err != nil {
-		return "", fmt.Errorf("topo: congestion control of %s: %w", ns, err)
+		return "", fmt.Errorf("topo: %s of %s: %w", key, ns, err)
 	}
 	return strings.TrimSpace(string(out)), nil
 }
@@ -109,11 +114,11 @@ func ReadGWTCP(c Config) (initcwnd, slowStartAfterIdle int, err error) {
 			initcwnd = max(initcwnd, n)
 		}
 	}
-	v, err := exec.Command("ip", "netns", "exec", c.GWNS(), "sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle").Output()
+	v, err := readSysctl(c.GWNS(), "net.ipv4.tcp_slow_start_after_idle")
 	if err != nil {
-		return 0, 0, fmt.Errorf("topo: tcp_slow_start_after_idle of %s: %w", c.GWNS(), err)
+		return 0, 0, err
 	}
-	if slowStartAfterIdle, err = strconv.Atoi(strings.TrimSpace(string(v))); err != nil {
+	if slowStartAfterIdle, err = strconv.Atoi(v); err != nil {
 		return 0, 0, fmt.Errorf("topo: tcp_slow_start_after_idle of %s: %q", c.GWNS(), v)
 	}
 	return initcwnd, slowStartAfterIdle, nil
