@@ -35,8 +35,11 @@ type backlog struct {
 	gauge   func(seconds float64)
 
 	mu     sync.Mutex
-	queued [8]time.Duration       // estimated work of the transforms waiting and running, by urgency (RFC 9218: 0-7)
-	costs  map[string]*formatCost // by format: "jpeg", "png", "gif", "text"
+	queued [nextMiss + 1]time.Duration // estimated work of the transforms waiting and running, by rank (RFC 9218's urgency 0-7, then nextMiss)
+	// nextRunning is the estimated work of the nextMiss transforms
+	// running: a worker they hold is not free for any other.
+	nextRunning time.Duration
+	costs       map[string]*formatCost // by format: "jpeg", "png", "gif", "text"
 }
 
 // formatCost is a format's cost line: exponentially weighted sums of
@@ -111,9 +114,11 @@ func (b *backlog) estimate(format string, units int64) (work time.Duration, know
 }
 
 // finish returns the predicted time from now until a transform of work
-// and urgency queued now would be done: the backlog of its urgency and
-// the more urgent ones (which start first) shared by the workers, then its
-// own work.
+// and urgency (a rank: 0-7 or nextMiss) queued now would be done: the
+// backlog of its urgency and the more urgent ones (which start first),
+// and the nextMiss transforms already running, shared by the workers,
+// then its own work. nextMiss transforms waiting are not ahead of any
+// other.
 func (b *backlog) finish(urgency int, work time.Duration) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -121,7 +126,18 @@ func (b *backlog) finish(urgency int, work time.Duration) time.Duration {
 	for u := 0; u <= urgency && u < len(b.queued); u++ {
 		ahead += b.queued[u]
 	}
+	if urgency < nextMiss {
+		ahead += b.nextRunning
+	}
 	return ahead/time.Duration(b.workers) + work
+}
+
+// running moves the work of the nextMiss transforms running by work
+// (negative when one ends).
+func (b *backlog) running(work time.Duration) {
+	b.mu.Lock()
+	b.nextRunning += work
+	b.mu.Unlock()
 }
 
 // add moves the backlog of urgency by work (negative when a transform

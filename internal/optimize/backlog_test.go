@@ -184,6 +184,72 @@ func TestServerBacklog(t *testing.T) {
 		}
 	})
 
+	// A transform predicted late waits for the next miss behind every
+	// transform a response waits for: its work is not counted ahead of a
+	// thumbnail's (which would then be predicted late too, and so on for
+	// the rest of the page), and the thumbnail starts first.
+	t.Run("next miss behind", func(t *testing.T) {
+		deadline := testenv.Scale(10 * time.Second)
+		w := startServerWorld(t, Options{Workers: 1, Deadline: deadline}, handlers)
+		const thumb = "/t1.helmet.jpg"
+		_, photoPx, _ := size("image", photo)
+		_, thumbPx, _ := size("image", bodies[thumb])
+		if photoPx < 4*thumbPx {
+			t.Fatalf("photo %d px, thumbnail %d: want the photo 4 times larger (a cost line with no negative intercept)", photoPx, thumbPx)
+		}
+		for i := range minSamples { // the photo at twice the deadline, the thumbnail at half of it
+			if i%2 == 0 {
+				w.s.webp.backlog.learn("jpeg", photoPx, 2*deadline)
+			} else {
+				w.s.webp.backlog.learn("jpeg", thumbPx, deadline/2)
+			}
+		}
+		free := w.s.webp.occupy(1, 0)
+		resp, _, err := w.get(t, "/photo.jpg")
+		if err != nil || resp.Header.Get(DeferredHeader) != "webp" || w.skipped(SkipBacklog) != 1 {
+			free()
+			t.Fatalf("photo: %v %v, skipped{backlog} %v: want the JPEG at once, marked deferred", resp, err, w.skipped(SkipBacklog))
+		}
+		type got struct {
+			resp *http.Response
+			err  error
+		}
+		done := make(chan got, 1)
+		go func() {
+			resp, _, err := w.get(t, thumb)
+			done <- got{resp, err}
+		}()
+		for end := time.Now().Add(testenv.Scale(10 * time.Second)); ; time.Sleep(time.Millisecond) {
+			w.s.webp.mu.Lock()
+			n := len(w.s.webp.waiting)
+			w.s.webp.mu.Unlock()
+			if n == 2 {
+				break
+			}
+			if time.Now().After(end) {
+				free()
+				t.Fatalf("%d transforms waiting, want the photo's and the thumbnail's (the thumbnail predicted late?)", n)
+			}
+		}
+		free()
+		g := <-done
+		if g.err != nil || g.resp.Header.Get("Content-Type") != TypeWebP {
+			t.Fatalf("thumbnail: %v %v, want its WebP within the deadline", g.resp, g.err)
+		}
+		if n := w.skipped(SkipBacklog); n != 1 {
+			t.Errorf("skipped{backlog} = %v, want 1 (the photo alone)", n)
+		}
+		sum := sha256.Sum256(photo)
+		for end := time.Now().Add(testenv.Scale(20 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
+			if _, ok := w.s.results.get("webp" + string(sum[:])); ok {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatal("the photo's transform for the next miss never ran")
+			}
+		}
+	})
+
 	t.Run("defer late", func(t *testing.T) {
 		deadline := testenv.Scale(time.Second)
 		w := startServerWorld(t, Options{Workers: 1, Deadline: deadline, DeferLate: true}, handlers)

@@ -30,8 +30,11 @@ func newWorkPool(workers, queue int, byArrival bool, depth func(float64), b *bac
 }
 
 // acquire returns at once with a worker when one is free and nothing
-// waits; else it takes a waiting place, or returns false at once when
-// the queue is full, and waits for its turn. release frees the worker.
+// waits (urgency: RFC 9218's 0-7, or nextMiss); else it takes a waiting
+// place and waits for its turn. In a full queue a job a response waits
+// for takes the place of the newest nextMiss job (dropNextMiss), whose
+// acquire then returns false; otherwise acquire returns false at once.
+// release frees the worker.
 func (p *workPool) acquire(urgency int) (release func(), ok bool) {
 	p.mu.Lock()
 	if p.free > 0 && len(p.waiting) == 0 {
@@ -39,23 +42,59 @@ func (p *workPool) acquire(urgency int) (release func(), ok bool) {
 		p.mu.Unlock()
 		return p.release, true
 	}
-	if len(p.waiting) >= p.queue {
+	rank := p.rank(urgency)
+	if len(p.waiting) >= p.queue && !p.dropNextMiss(rank) {
 		p.mu.Unlock()
 		return nil, false
 	}
-	w := &waiter{urgency: p.rank(urgency), seq: p.seq, ready: make(chan struct{})}
+	w := &waiter{urgency: rank, seq: p.seq, ready: make(chan struct{})}
 	p.seq++
 	heap.Push(&p.waiting, w)
 	p.mu.Unlock()
 	p.depth(1)
 	<-w.ready
 	p.depth(-1)
+	if w.dropped {
+		return nil, false
+	}
 	return p.release, true
 }
 
+// dropNextMiss makes room in a full queue for a job of rank that a
+// response waits for: the newest waiting nextMiss job leaves the queue
+// (its acquire returns false: nothing runs, its response went long ago).
+// It reports whether it made room. p.mu is held.
+func (p *workPool) dropNextMiss(rank int) bool {
+	if rank >= nextMiss {
+		return false
+	}
+	last := -1
+	for i, w := range p.waiting {
+		if w.urgency == nextMiss && (last < 0 || w.seq > p.waiting[last].seq) {
+			last = i
+		}
+	}
+	if last < 0 {
+		return false
+	}
+	w := heap.Remove(&p.waiting, last).(*waiter)
+	w.dropped = true
+	close(w.ready)
+	return true
+}
+
+// nextMiss is the rank of a job that no response waits for: a transform
+// the backlog predicted past the deadline (SkipBacklog), run for the next
+// miss of its object. It starts after every job a response waits for,
+// of any urgency, and its work is not counted ahead of theirs (backlog).
+const nextMiss = 8
+
 // rank is the urgency the pool orders a job of urgency by: 0 for every
-// job when it orders by arrival alone.
+// job when it orders by arrival alone; nextMiss stays nextMiss.
 func (p *workPool) rank(urgency int) int {
+	if urgency >= nextMiss {
+		return nextMiss
+	}
 	if p.byArrival {
 		return 0
 	}
@@ -80,6 +119,7 @@ type waiter struct {
 	urgency int
 	seq     uint64
 	ready   chan struct{}
+	dropped bool // left the queue without a worker (dropNextMiss); set before ready closes
 }
 
 // waiters is a heap of waiting jobs, the most urgent and then the oldest

@@ -112,3 +112,67 @@ func TestPoolOrder(t *testing.T) {
 		release()
 	}
 }
+
+// TestPoolNextMiss: a job no response waits for (nextMiss) starts after
+// every waiting job of any urgency, by arrival among its own, in either
+// order; in a full queue a job a response waits for takes the place of
+// the newest nextMiss job, whose acquire returns false, while a nextMiss
+// job finding the queue full is refused.
+func TestPoolNextMiss(t *testing.T) {
+	for _, byArrival := range []bool{false, true} {
+		p := newWorkPool(1, 3, byArrival, func(float64) {}, nil)
+		first, ok := p.acquire(3)
+		if !ok {
+			t.Fatal("a free worker was refused")
+		}
+		var mu sync.Mutex
+		var order []int
+		var refused []int
+		var wg sync.WaitGroup
+		// Jobs 0 and 1 are for the next miss; job 2 waits at urgency 7 and
+		// job 3 at 0: the queue (3 places) is full at job 3, which takes
+		// job 1's place.
+		urgencies := []int{nextMiss, nextMiss, 7, 0}
+		for i, u := range urgencies {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				release, ok := p.acquire(u)
+				mu.Lock()
+				defer mu.Unlock()
+				if !ok {
+					refused = append(refused, i)
+					return
+				}
+				order = append(order, i)
+				release()
+			}()
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				mu.Lock()
+				gone := len(refused)
+				mu.Unlock()
+				p.mu.Lock()
+				n := len(p.waiting)
+				p.mu.Unlock()
+				if n+gone == i+1 || time.Now().After(deadline) {
+					break
+				}
+			}
+		}
+		if _, ok := p.acquire(nextMiss); ok {
+			t.Errorf("byArrival %v: a next-miss job took a place in a full queue", byArrival)
+		}
+		first()
+		wg.Wait()
+		want := []int{3, 2, 0} // u=0, u=7, then the next miss
+		if byArrival {
+			want = []int{2, 3, 0} // arrival among the waited-for, then the next miss
+		}
+		if !slices.Equal(order, want) {
+			t.Errorf("byArrival %v: jobs started in the order %v, want %v", byArrival, order, want)
+		}
+		if !slices.Equal(refused, []int{1}) {
+			t.Errorf("byArrival %v: refused %v, want [1] (the newest next-miss job)", byArrival, refused)
+		}
+	}
+}

@@ -537,7 +537,9 @@ type transformResult struct {
 // next miss of the same bytes. When the backlog predicts that the
 // transform would finish after the deadline (Options.DeferLate unset),
 // it returns SkipBacklog at once and the transform is queued all the
-// same. Identical concurrent bodies are
+// same, for the next miss: behind every transform a response waits for
+// (nextMiss), its work not counted ahead of theirs, and giving its queue
+// place up to one of them when the queue is full. Identical concurrent bodies are
 // transformed once (singleflight on their SHA-256). A full queue returns
 // SkipOverload at once, and nothing runs.
 //
@@ -567,6 +569,10 @@ func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency
 		work, known := pool.backlog.estimate(format, units)
 		rank := pool.rank(urgency)
 		late := !s.o.DeferLate && known && pool.backlog.finish(rank, work) > s.o.Deadline
+		if late {
+			// No response waits for it: behind every transform one does.
+			urgency, rank = nextMiss, nextMiss
+		}
 		ch := s.flight.DoChan(key, func() (any, error) {
 			n := int64(len(body))
 			if s.queuedBytes.Add(n) > s.o.QueueBytes {
@@ -581,6 +587,10 @@ func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency
 				return transformResult{skip: SkipOverload}, nil
 			}
 			defer release()
+			if rank == nextMiss {
+				pool.backlog.running(work)
+				defer pool.backlog.running(-work)
+			}
 			start := time.Now()
 			var r transformResult
 			if kind == "image" {
