@@ -30,6 +30,21 @@ func thumbs(t *testing.T) map[string][]byte {
 	return out
 }
 
+// waitResult waits until the optimizer keeps the result of transform t of
+// body (a transform that went on behind its response, for the next miss).
+func waitResult(t *testing.T, w *serverWorld, transform string, body []byte) {
+	t.Helper()
+	sum := sha256.Sum256(body)
+	for end := time.Now().Add(testenv.Scale(20 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := w.s.results.get(transform + string(sum[:])); ok {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the %s transform behind the response never kept its result", transform)
+		}
+	}
+}
+
 // TestSize: the units a transform's work is estimated in, from the
 // header alone: pixels for JPEG, PNG and GIF, bytes for text; a header Go
 // cannot read gives none.
@@ -170,15 +185,7 @@ func TestServerBacklog(t *testing.T) {
 		// The transform was queued all the same: once the worker is free
 		// it runs, and the next miss gets its WebP without a transform.
 		free()
-		sum := sha256.Sum256(photo)
-		for end := time.Now().Add(testenv.Scale(20 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
-			if _, ok := w.s.results.get("webp" + string(sum[:])); ok {
-				break
-			}
-			if time.Now().After(end) {
-				t.Fatal("the deferred transform's result was never kept")
-			}
-		}
+		waitResult(t, w, "webp", photo)
 		if resp, _, err := w.get(t, "/photo.jpg"); err != nil || resp.Header.Get("Content-Type") != TypeWebP {
 			t.Errorf("next miss: %v %v, want the WebP", resp, err)
 		}
@@ -239,15 +246,7 @@ func TestServerBacklog(t *testing.T) {
 		if n := w.skipped(SkipBacklog); n != 1 {
 			t.Errorf("skipped{backlog} = %v, want 1 (the photo alone)", n)
 		}
-		sum := sha256.Sum256(photo)
-		for end := time.Now().Add(testenv.Scale(20 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
-			if _, ok := w.s.results.get("webp" + string(sum[:])); ok {
-				break
-			}
-			if time.Now().After(end) {
-				t.Fatal("the photo's transform for the next miss never ran")
-			}
-		}
+		waitResult(t, w, "webp", photo)
 	})
 
 	t.Run("defer late", func(t *testing.T) {
