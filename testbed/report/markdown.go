@@ -100,6 +100,7 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 		}
 		writeHints(&b, v, r, times[p.Name])
 		writeOptimizer(&b, v, r)
+		writeMissing(&b, v, r)
 		writeFailures(&b, v, r)
 		if names := plots[p.Name]; len(names) > 0 {
 			for _, n := range names {
