@@ -154,6 +154,9 @@ func TestServerBacklog(t *testing.T) {
 		if got := w.skipped(SkipBacklog); got != 0 {
 			t.Errorf("skipped{backlog} = %v on an idle optimizer, want 0", got)
 		}
+		if r := testutil.ToFloat64(w.m.busy); r != 0 {
+			t.Errorf("running = %v after every transform ended, want 0", r)
+		}
 	})
 
 	// teach makes the backlog's JPEG cost line 1 s per pixel: every JPEG

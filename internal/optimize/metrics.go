@@ -20,6 +20,7 @@ type Metrics struct {
 	avifs      *prometheus.CounterVec // outcome
 	avifDepth  prometheus.Gauge
 	backlog    *prometheus.GaugeVec // transform
+	busy       prometheus.Gauge
 }
 
 // NewMetrics registers the optimizer's series with reg:
@@ -33,6 +34,7 @@ type Metrics struct {
 //	pep_optimize_results_reused_total{transform}         misses answered from a finished transform (deferred before), no transform run
 //	pep_optimize_avif_total{outcome}                     image requests that accept AVIF, by outcome (AVIFServed, AVIFLarger, AVIFPending, AVIFOverload)
 //	pep_optimize_avif_queue_depth                        AVIF searches waiting for an AVIF worker
+//	pep_optimize_running                                 transforms running on a worker (WebP, text and AVIF; with the queue depths 0: the optimizer is idle)
 //	pep_optimize_backlog_seconds{transform}              estimated work of the WebP (webp) or text (gzip: gzip and brotli) transforms waiting and running, seconds (what SkipBacklog predicts from)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
@@ -55,10 +57,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Image requests accepting AVIF whose WebP outcome was known, by outcome: served (AVIF smaller), larger (WebP or original kept), pending (AVIF encoding: served unstored), overload (AVIF queue full)."}, []string{"outcome"}),
 		avifDepth: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "avif_queue_depth",
 			Help: "AVIF searches waiting for an AVIF worker."}),
+		busy: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "running",
+			Help: "Transforms running on a worker (WebP, text and AVIF), for a response or for the next miss."}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "backlog_seconds",
 			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by pool (webp; gzip: the text transforms, gzip and brotli)."}, []string{"transform"}),
 	}
-	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog} {
+	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog, m.busy} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -81,6 +85,13 @@ func (m *Metrics) reused(transform string) {
 func (m *Metrics) queueDepth(d float64) {
 	if m != nil {
 		m.depth.Add(d)
+	}
+}
+
+// running moves the running-transforms gauge by d.
+func (m *Metrics) running(d float64) {
+	if m != nil {
+		m.busy.Add(d)
 	}
 }
 

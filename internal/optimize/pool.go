@@ -20,13 +20,15 @@ type workPool struct {
 	waiting   waiters
 	seq       uint64
 	depth     func(d float64)
+	busy      func(d float64) // moves the running-jobs gauge; nil: none
 	backlog   *backlog
 }
 
 // newWorkPool returns a pool of workers and queue waiting places; depth
-// moves the queue-depth gauge.
-func newWorkPool(workers, queue int, byArrival bool, depth func(float64), b *backlog) *workPool {
-	return &workPool{free: workers, queue: queue, byArrival: byArrival, depth: depth, backlog: b}
+// moves the queue-depth gauge (Metrics.queueDepth), busy the running-jobs
+// gauge (Metrics.running; nil: none).
+func newWorkPool(workers, queue int, byArrival bool, depth, busy func(float64), b *backlog) *workPool {
+	return &workPool{free: workers, queue: queue, byArrival: byArrival, depth: depth, busy: busy, backlog: b}
 }
 
 // acquire returns at once with a worker when one is free and nothing
@@ -40,7 +42,8 @@ func (p *workPool) acquire(urgency int) (release func(), ok bool) {
 	if p.free > 0 && len(p.waiting) == 0 {
 		p.free--
 		p.mu.Unlock()
-		return p.release, true
+		p.started(1)
+		return p.done, true
 	}
 	rank := p.rank(urgency)
 	if len(p.waiting) >= p.queue && !p.dropNextMiss(rank) {
@@ -57,7 +60,21 @@ func (p *workPool) acquire(urgency int) (release func(), ok bool) {
 	if w.dropped {
 		return nil, false
 	}
-	return p.release, true
+	p.started(1)
+	return p.done, true
+}
+
+// started moves the running-jobs gauge by d.
+func (p *workPool) started(d float64) {
+	if p.busy != nil {
+		p.busy(d)
+	}
+}
+
+// done ends a job: the gauge down, its worker to the next (release).
+func (p *workPool) done() {
+	p.started(-1)
+	p.release()
 }
 
 // dropNextMiss makes room in a full queue for a job of rank that a

@@ -57,12 +57,18 @@ func TestUrgency(t *testing.T) {
 // refuses at once.
 func TestPoolOrder(t *testing.T) {
 	for _, byArrival := range []bool{false, true} {
-		p := newWorkPool(1, 8, byArrival, func(float64) {}, nil)
+		var busy, peak float64 // the running gauge, under mu
+		var mu sync.Mutex
+		p := newWorkPool(1, 8, byArrival, func(float64) {}, func(d float64) {
+			mu.Lock()
+			busy += d
+			peak = max(peak, busy)
+			mu.Unlock()
+		}, nil)
 		first, ok := p.acquire(3)
 		if !ok {
 			t.Fatal("a free worker was refused")
 		}
-		var mu sync.Mutex
 		var order []int
 		var wg sync.WaitGroup
 		urgencies := []int{5, 3, 1, 3, 0}
@@ -99,8 +105,11 @@ func TestPoolOrder(t *testing.T) {
 		if !slices.Equal(order, want) {
 			t.Errorf("byArrival %v: jobs started in the order %v, want %v", byArrival, order, want)
 		}
+		if busy != 0 || peak != 1 {
+			t.Errorf("running gauge %v at the end (want 0), %v at most (want 1: one worker)", busy, peak)
+		}
 	}
-	p := newWorkPool(1, 1, false, func(float64) {}, nil)
+	p := newWorkPool(1, 1, false, func(float64) {}, nil, nil)
 	undo := p.occupy(1, 1)
 	if _, ok := p.acquire(0); ok {
 		t.Error("a full queue took a job")
@@ -120,7 +129,7 @@ func TestPoolOrder(t *testing.T) {
 // job finding the queue full is refused.
 func TestPoolNextMiss(t *testing.T) {
 	for _, byArrival := range []bool{false, true} {
-		p := newWorkPool(1, 3, byArrival, func(float64) {}, nil)
+		p := newWorkPool(1, 3, byArrival, func(float64) {}, nil, nil)
 		first, ok := p.acquire(3)
 		if !ok {
 			t.Fatal("a free worker was refused")

@@ -235,9 +235,9 @@ func New(o Options) (*Server, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{o: o, results: newResults(o.ResultBytes),
-		webp: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, newBacklog(o.Workers, o.Metrics.backlogSeconds("webp"))),
-		text: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, newBacklog(o.Workers, o.Metrics.backlogSeconds("gzip"))),
-		avif: newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.ByArrival, o.Metrics.avifQueueDepth, nil)}
+		webp: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("webp"))),
+		text: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("gzip"))),
+		avif: newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.ByArrival, o.Metrics.avifQueueDepth, o.Metrics.running, nil)}
 	tr := &http.Transport{
 		DialContext:           s.dial,
 		MaxIdleConnsPerHost:   8,

@@ -4,9 +4,11 @@ package run
 // counters read around each load and credited to its record.
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"pep/testbed/report"
 )
@@ -64,6 +66,57 @@ func creditOpt(r *report.Record, before, after optCounts) {
 				r.OptSkipped = map[string]int{}
 			}
 			r.OptSkipped[reason] += d
+		}
+	}
+}
+
+// parseOptBusy returns the optimizer's transforms waiting and running
+// from a Prometheus text exposition: pep_optimize_queue_depth,
+// pep_optimize_avif_queue_depth and pep_optimize_running summed (absent
+// gauges read 0: nothing to wait for).
+func parseOptBusy(m string) (busy float64, err error) {
+	for _, l := range strings.Split(m, "\n") {
+		name, v, _ := strings.Cut(l, " ")
+		switch name {
+		case "pep_optimize_queue_depth", "pep_optimize_avif_queue_depth", "pep_optimize_running":
+		default:
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return 0, fmt.Errorf("run: pepd's metrics: %s %q: %w", name, v, err)
+		}
+		busy += f
+	}
+	return busy, nil
+}
+
+// optIdleWait bounds how long a warm session waits for the optimizer to
+// finish the transforms its warm-up pass left behind its responses.
+const optIdleWait = 5 * time.Minute
+
+// waitOptIdle waits until pepd's optimizer has no transform waiting or
+// running (parseOptBusy), polling every 200 ms, at most max; it returns
+// the time waited. A warm cache is what an earlier subscriber's load
+// left: by then the transforms that load deferred for the next miss have
+// ended, so a measured load does not share the gateway's CPU with them.
+func (p *pep) waitOptIdle(ctx context.Context, max time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		busy, err := readCounts(p, "optimizer gauges", parseOptBusy)
+		if err != nil {
+			return time.Since(start), err
+		}
+		if busy == 0 {
+			return time.Since(start), nil
+		}
+		if time.Since(start) >= max {
+			return time.Since(start), fmt.Errorf("run: pepd's optimizer still had %v transforms waiting or running after %v", busy, max)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }

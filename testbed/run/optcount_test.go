@@ -38,3 +38,24 @@ func TestOptCounts(t *testing.T) {
 		t.Errorf("credited %d, %v; want 3, deferred 9", r.OptTransformed, r.OptSkipped)
 	}
 }
+
+// TestOptBusy: the optimizer's transforms waiting and running, from the
+// queue depths and pep_optimize_running; a pepd without the gauges reads
+// idle (testdata/pepd-metrics.prom predates pep_optimize_running, and its
+// queues were empty), a value that is not a number is an error.
+func TestOptBusy(t *testing.T) {
+	b, err := os.ReadFile("testdata/pepd-metrics.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := parseOptBusy(string(b)); err != nil || n != 0 {
+		t.Errorf("saved metrics: %v %v, want 0 (idle)", n, err)
+	}
+	m := "# TYPE pep_optimize_running gauge\npep_optimize_running 2\npep_optimize_queue_depth 3\npep_optimize_avif_queue_depth 1\npep_optimize_queue_depth_other 9\n"
+	if n, err := parseOptBusy(m); err != nil || n != 6 {
+		t.Errorf("got %v %v, want 6 (2 running, 3 and 1 waiting)", n, err)
+	}
+	if _, err := parseOptBusy("pep_optimize_running x"); err == nil {
+		t.Error("a value that is not a number read as busy")
+	}
+}
