@@ -90,7 +90,7 @@ func cmdRun(args []string) error {
 	fs.IntVar(&c.Runs, "runs", c.Runs, "runs per mode (each a fresh browser and, unless -warm, a cold Squid)")
 	fs.StringVar(&c.Pages, "pages", "", `pages: "" (all), N (the first N) or a comma-separated list of names`)
 	fs.StringVar(&c.Out, "out", c.Out, "output folder")
-	cache := fs.String("cache", "", "cold, warm or cold,warm: run every mode but direct on a cold Squid and/or on one filled by a discarded pass over the pages (adds the +warm modes)")
+	cache := fs.String("cache", "", "cold, warm or cold,warm: run every mode but direct on a cold Squid and/or on one filled by a discarded pass over the pages (two in +opt modes, each followed by a wait until the optimizer is idle; adds the +warm modes)")
 	warm := fs.Bool("warm", false, "the same as -cache warm")
 	resolver := fs.String("resolver", string(c.Resolver), "Chromium's resolver: builtin (AsyncDns) or system (getaddrinfo)")
 	fs.BoolVar(&c.HTTPSRR, "https-rr", false, "let Chromium ask for HTTPS records (type 65) beside A records")

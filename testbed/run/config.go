@@ -26,8 +26,9 @@ var Modes = []string{"direct", "off", "dns", "url"}
 const OptSuffix = "+opt"
 
 // WarmSuffix marks a mode whose sessions find Squid's cache filled by a
-// discarded pass over the pages in the same mode ("url+opt+warm"); it
-// comes last.
+// discarded pass over the pages in the same mode ("url+opt+warm"; with
+// +opt, two passes, each followed by a wait until the optimizer is idle:
+// the second stores what the first deferred); it comes last.
 const WarmSuffix = "+warm"
 
 // HTTPSPrefix starts the name of url mode over the VIP's HTTPS origin
