@@ -47,6 +47,8 @@ type experiment struct {
 
 	mu  sync.Mutex // guards res
 	res *report.Results
+
+	gate phaseGate // preparations and measured loads never at once
 }
 
 // prepare validates c and makes what every runner needs from it: the
@@ -245,6 +247,9 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 	rc := &e.res.Config
 	rc.SquidCache = "cold: Squid restarted on an empty cache folder before every (mode, run) session"
 	warmFill := "Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session (in +opt modes, two passes, each followed by a wait until the optimizer has no transform waiting or running: the second pass stores what the first deferred for the next miss)"
+	if c.Parallel > 1 {
+		warmFill += "; no testbed measured a load while another ran these passes or a hints teaching pass"
+	}
 	if c.Warm {
 		rc.SquidCache = "warm: " + warmFill
 	} else if slices.ContainsFunc(c.Modes, IsWarm) {
@@ -450,45 +455,20 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 		if err := bed.ColdCache(ctx); err != nil {
 			return nil, "", err
 		}
-		if HasHints(m) {
-			// The teaching pass: pepd's learner emptied, a browser with
-			// another profile loads every page (figures dropped), then
-			// Squid is emptied again so that only what pepd learned
-			// carries over (HintsSuffix).
-			if err := bed.pep.resetHints(); err != nil {
-				return nil, "", err
-			}
-			if err := warmUp(ctx, bopts, e.corp); err != nil {
-				return nil, "", err
-			}
-			if err := bed.ColdCache(ctx); err != nil {
+		if HasHints(m) || s.warm {
+			if err := e.prepareSession(ctx, bed, s, bopts); err != nil {
 				return nil, "", err
 			}
 		}
-		if s.warm {
-			if err := warmUp(ctx, bopts, e.corp); err != nil {
-				return nil, "", err
-			}
-			if _, opt := SplitMode(m); opt {
-				// The first pass stored what the optimizer transformed
-				// within its deadline; what it deferred was served
-				// unstored and transformed behind the response. Once
-				// those transforms end, a second pass (a second
-				// subscriber) stores them: the cache a popular page has.
-				for pass := 1; pass <= 2; pass++ {
-					waited, err := bed.pep.waitOptIdle(ctx, optIdleWait)
-					if err != nil {
-						return nil, "", err
-					}
-					s.logWith(bed.log).Info("warm: the optimizer finished the warm-up's transforms", "pass", pass, "waited", waited.Round(time.Millisecond))
-					if pass == 1 {
-						if err := warmUp(ctx, bopts, e.corp); err != nil {
-							return nil, "", err
-						}
-					}
-				}
-			}
-		}
+	}
+	// Measured loads run beside measured loads only (phaseGate).
+	leave, waited, err := e.gate.enter(ctx, phaseMeasure)
+	if err != nil {
+		return nil, "", err
+	}
+	defer leave()
+	if waited >= time.Second {
+		s.logWith(bed.log).Info("measure: waited for the other testbeds' preparations", "waited", waited.Round(time.Millisecond))
 	}
 	bopts.HAR = e.c.HAR
 	b, err := browser.NewSession(ctx, bopts)
@@ -551,6 +531,62 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 		}
 	}
 	return recs, b.UserAgent(), nil
+}
+
+// prepareSession runs what session s needs on bed before it measures,
+// while no other testbed of the campaign measures (phaseGate): for hints,
+// the teaching pass; for a warm session, the passes that fill Squid and
+// the waits for the optimizer behind them. Squid is already empty.
+func (e *experiment) prepareSession(ctx context.Context, bed *Bed, s session, bopts browser.Options) error {
+	m := s.mode
+	leave, waited, err := e.gate.enter(ctx, phasePrepare)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if waited >= time.Second {
+		s.logWith(bed.log).Info("prepare: waited for the other testbeds' measured loads", "waited", waited.Round(time.Millisecond))
+	}
+	if HasHints(m) {
+		// The teaching pass: pepd's learner emptied, a browser with
+		// another profile loads every page (figures dropped), then
+		// Squid is emptied again so that only what pepd learned
+		// carries over (HintsSuffix).
+		if err := bed.pep.resetHints(); err != nil {
+			return err
+		}
+		if err := warmUp(ctx, bopts, e.corp); err != nil {
+			return err
+		}
+		if err := bed.ColdCache(ctx); err != nil {
+			return err
+		}
+	}
+	if s.warm {
+		if err := warmUp(ctx, bopts, e.corp); err != nil {
+			return err
+		}
+		if _, opt := SplitMode(m); opt {
+			// The first pass stored what the optimizer transformed
+			// within its deadline; what it deferred was served
+			// unstored and transformed behind the response. Once
+			// those transforms end, a second pass (a second
+			// subscriber) stores them: the cache a popular page has.
+			for pass := 1; pass <= 2; pass++ {
+				waited, err := bed.pep.waitOptIdle(ctx, optIdleWait)
+				if err != nil {
+					return err
+				}
+				s.logWith(bed.log).Info("warm: the optimizer finished the warm-up's transforms", "pass", pass, "waited", waited.Round(time.Millisecond))
+				if pass == 1 {
+					if err := warmUp(ctx, bopts, e.corp); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // HARDir is the folder, relative to the run's output folder, of the HAR

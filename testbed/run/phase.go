@@ -1,0 +1,111 @@
+package run
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// phase is what a testbed's browser is doing on the shared machine: the
+// discarded loads that prepare a session (a warm cache's passes, the hints'
+// teaching pass, the waits for the optimizer behind them) or the loads a
+// session measures.
+type phase int
+
+const (
+	phasePrepare phase = iota
+	phaseMeasure
+)
+
+func (p phase) String() string {
+	if p == phasePrepare {
+		return "prepare"
+	}
+	return "measure"
+}
+
+// phaseGate keeps the parallel testbeds of a campaign (-parallel) from
+// measuring a page load while another testbed prepares: any number of
+// testbeds may be in one phase at once, never two phases. A warm-up pass
+// is the optimizer's heaviest work (every image a miss), and on a 2-core
+// machine a load measured beside it measures the other testbed's
+// transcodes as much as its own path (testbed/README.md, session 20: runs
+// measured beside another testbed's first pass were 0.80-0.87 of direct's
+// PLT, the others 0.64-0.66).
+//
+// Turns alternate: once a testbed waits for the other phase, no testbed
+// joins the phase in progress, and when that phase's last testbed leaves,
+// every waiter of the other phase enters together. So neither phase
+// starves, and the testbeds of a phase start together. The zero value is
+// ready for use; a campaign with no preparing session never waits.
+type phaseGate struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	active  phase // the phase of the testbeds inside (or the last one)
+	n       int   // testbeds inside
+	waiting [2]int
+	turn    int // waiters of active let in by the last change of turn
+}
+
+// enter blocks until the calling testbed may run phase p, and returns the
+// function that leaves it (call it once) and how long it waited. It
+// returns ctx's error, without entering, when ctx ends first.
+func (g *phaseGate) enter(ctx context.Context, p phase) (leave func(), waited time.Duration, err error) {
+	start := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cond == nil {
+		g.cond = sync.NewCond(&g.mu)
+	}
+	other := 1 - p
+	admit := func(waiter bool) bool {
+		switch {
+		case waiter && g.active == p && g.turn > 0:
+			g.turn-- // one of the batch the change of turn let in
+			return true
+		case g.n == 0 && (g.active == p || g.waiting[other] == 0):
+		case g.n > 0 && g.active == p && g.waiting[other] == 0:
+		default:
+			return false
+		}
+		if g.active != p {
+			g.turn = 0
+		}
+		return true
+	}
+	if !admit(false) {
+		stop := context.AfterFunc(ctx, func() {
+			g.mu.Lock()
+			g.cond.Broadcast()
+			g.mu.Unlock()
+		})
+		defer stop()
+		g.waiting[p]++
+		in := false
+		for !in && ctx.Err() == nil {
+			if in = admit(true); !in {
+				g.cond.Wait()
+			}
+		}
+		g.waiting[p]--
+		if !in {
+			g.cond.Broadcast() // a waiter less may admit the other phase
+			return nil, time.Since(start), ctx.Err()
+		}
+	}
+	g.active = p
+	g.n++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			g.n--
+			if g.n == 0 && g.waiting[other] > 0 {
+				// Their turn: every one waiting now enters.
+				g.active, g.turn = other, g.waiting[other]
+			}
+			g.cond.Broadcast()
+		})
+	}, time.Since(start), nil
+}

@@ -1,0 +1,138 @@
+package run
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestPhaseGate: testbeds of one phase share the gate; a testbed of the
+// other phase waits until the last one leaves; once it waits, no testbed
+// joins the phase in progress; at the change of turn every waiter of the
+// other phase enters together; a cancelled wait returns ctx's error and
+// lets the others go on.
+func TestPhaseGate(t *testing.T) {
+	ctx := context.Background()
+	var g phaseGate
+	enter := func(p phase) func() {
+		t.Helper()
+		leave, _, err := g.enter(ctx, p)
+		if err != nil {
+			t.Fatalf("enter %v: %v", p, err)
+		}
+		return leave
+	}
+	// Measurements share the gate without waiting.
+	m1, m2 := enter(phaseMeasure), enter(phaseMeasure)
+
+	// A preparation waits for both.
+	prepIn := make(chan func(), 2)
+	go func() { prepIn <- enter(phasePrepare) }()
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.waiting[phasePrepare] == 1 })
+
+	// A measurement arriving now waits too: no one joins a phase while the
+	// other phase waits.
+	m3In := make(chan func(), 1)
+	go func() { m3In <- enter(phaseMeasure) }()
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.waiting[phaseMeasure] == 1 })
+	// A second preparation queues behind the first.
+	go func() { prepIn <- enter(phasePrepare) }()
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.waiting[phasePrepare] == 2 })
+
+	m1()
+	m1() // leaving twice counts once
+	select {
+	case <-prepIn:
+		t.Fatal("a preparation entered while a measurement ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+	m2()
+	// Both preparations enter together; the measurement still waits.
+	p1, p2 := recvLeave(t, prepIn), recvLeave(t, prepIn)
+	select {
+	case <-m3In:
+		t.Fatal("a measurement entered while a preparation ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+	// A cancelled wait for the measurement phase returns ctx's error.
+	cctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { _, _, err := g.enter(cctx, phaseMeasure); errc <- err }()
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.waiting[phaseMeasure] == 2 })
+	cancel()
+	if err := <-errc; err != context.Canceled {
+		t.Fatalf("cancelled enter: %v, want context.Canceled", err)
+	}
+	p1()
+	p2()
+	m3 := recvLeave(t, m3In)
+	m3()
+	// An idle gate admits either phase at once.
+	leave, waited, err := g.enter(ctx, phasePrepare)
+	if err != nil || waited > time.Second {
+		t.Fatalf("idle gate: waited %v, err %v", waited, err)
+	}
+	leave()
+}
+
+// TestPhaseGateExclusive: many testbeds entering both phases at random
+// never have the two phases inside at once, and all of them get through.
+func TestPhaseGateExclusive(t *testing.T) {
+	var g phaseGate
+	var mu sync.Mutex
+	inside := [2]int{}
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 20 {
+				p := phase((i + j) % 2)
+				leave, _, err := g.enter(context.Background(), p)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				inside[p]++
+				if inside[1-p] != 0 {
+					t.Errorf("%v and %v inside at once", p, 1-p)
+				}
+				mu.Unlock()
+				time.Sleep(time.Duration(i%3) * 100 * time.Microsecond)
+				mu.Lock()
+				inside[p]--
+				mu.Unlock()
+				leave()
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("testbeds stuck at the gate")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 5 s")
+		}
+	}
+}
+
+func recvLeave(t *testing.T, c chan func()) func() {
+	t.Helper()
+	select {
+	case f := <-c:
+		return f
+	case <-time.After(5 * time.Second):
+		t.Fatal("no entry in 5 s")
+		return nil
+	}
+}
