@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"pep/testbed/browser"
 	"pep/testbed/report"
 	"pep/testbed/run"
 	"pep/testbed/topo"
@@ -81,6 +82,7 @@ func TestSmoke(t *testing.T) {
 	c.Out = t.TempDir()
 	c.Bin = buildCommands(t)
 	c.PageTimeout = time.Minute
+	c.NetLog = true
 	// url+opt must carry fewer bytes than url on its first load: with
 	// pepd's 100 ms deadline a loaded CI machine defers transforms to the
 	// next miss (internal/optimize); the smoke test checks the transform
@@ -158,6 +160,26 @@ func TestSmoke(t *testing.T) {
 	for _, r := range byMode["dns"] {
 		if r.VIPConns == 0 || r.OriginConns > 0 {
 			t.Errorf("dns %s: %d connections to the VIP, %d to origins (%v): want all to the VIP", r.Page, r.VIPConns, r.OriginConns, r.ConnsByDst)
+		}
+	}
+	// The net logs (-netlog) show where the browser's sockets went: to
+	// the VIP in dns and url modes (the paper's redirection), never in
+	// direct and off modes.
+	vip := res.Config.VIP
+	for _, m := range c.Modes {
+		socks, err := browser.NetLogSockets(filepath.Join(c.Out, run.NetLogFile("fast", 1, m)))
+		if err != nil {
+			t.Errorf("%s: net log: %v", m, err)
+			continue
+		}
+		toVIP := 0
+		for _, s := range socks {
+			if s.Proto == "tcp" && s.Addr.Addr().String() == vip {
+				toVIP++
+			}
+		}
+		if want := m != "direct" && m != "off"; (toVIP > 0) != want {
+			t.Errorf("%s: %d TCP sockets to the VIP %s in the net log (%d sockets), want them: %v", m, toVIP, vip, len(socks), want)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(c.Out, "results.json")); err != nil {

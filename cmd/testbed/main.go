@@ -140,6 +140,7 @@ func cmdRun(args []string) error {
 	fs.IntVar(&c.Parallel, "parallel", 1, "testbeds at once, one per (profile, run); warm-up and teaching passes never run beside a measured load")
 	fs.BoolVar(&c.StockChromium, "stock-chromium", false, "run Chromium with its stock defaults for whatever changes a page load (HTTPS upgrades, QUIC, HTTPS records, resolver); the report lists every change the testbed makes otherwise")
 	fs.BoolVar(&c.HAR, "har", false, "save a HAR file per load (OUT/har/PROFILE/runN/MODE/NNN-PAGE.har, about 1 kB per request) and report where the time went")
+	fs.BoolVar(&c.NetLog, "netlog", false, "save Chromium's net log of every measured session (OUT/netlog/PROFILE/runN/MODE.json): every socket it connected, used or not")
 	quiet := fs.Bool("q", false, "no progress bar and no report on stdout")
 	topology := addTopologyFlags(fs)
 	fs.Parse(args)

@@ -258,6 +258,13 @@ type Config struct {
 	// har). Off by default: about 1 kB per request (36 kB per tp5n load
 	// over 3G), 60 % of a run folder (README).
 	HAR bool
+	// NetLog saves Chromium's net log of every measured session
+	// (OUT/netlog/PROFILE/runN/MODE.json, Chromium's default capture mode:
+	// no cookies, no bodies; a few MB per session): every socket the
+	// browser connected, used or not, and its TLS handshakes and HTTP/2
+	// sessions, which a HAR does not show. Read it with Chromium's
+	// netlog viewer or browser.NetLogSockets.
+	NetLog bool
 	// Command is the command line, recorded in results.json.
 	Command string
 }
@@ -388,7 +395,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("cc_phone", c.CCPhone), slog.String("cc_gw", c.CCGW), slog.String("cc_origin", c.CCOrigin),
 		slog.Int("gw_initcwnd", c.GWInitCwnd), slog.Bool("gw_initcwnd_tls_only", c.GWInitCwndTLSOnly), slog.Any("gw_slow_start_after_idle", c.GWSlowStartAfterIdle),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
-		slog.Bool("har", c.HAR), slog.Bool("stock_chromium", c.StockChromium), slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),
+		slog.Bool("har", c.HAR), slog.Bool("netlog", c.NetLog), slog.Bool("stock_chromium", c.StockChromium), slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),
 	)
 }
 

@@ -471,6 +471,13 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 		s.logWith(bed.log).Info("measure: waited for the other testbeds' preparations", "waited", waited.Round(time.Millisecond))
 	}
 	bopts.HAR = e.c.HAR
+	if e.c.NetLog {
+		nl := filepath.Join(e.c.Out, NetLogFile(s.profile, s.run, m))
+		if err := os.MkdirAll(filepath.Dir(nl), 0o755); err != nil {
+			return nil, "", fmt.Errorf("run: %w", err)
+		}
+		bopts.NetLog = nl
+	}
 	b, err := browser.NewSession(ctx, bopts)
 	if err != nil {
 		return nil, "", err
@@ -594,6 +601,13 @@ func (e *experiment) prepareSession(ctx context.Context, bed *Bed, s session, bo
 // file system).
 func HARDir(profile string, run int, mode string) string {
 	return filepath.Join("har", safeFileName(profile), fmt.Sprintf("run%d", run), safeFileName(mode))
+}
+
+// NetLogFile is the file, relative to the run's output folder, of the
+// net log of one measured session (Config.NetLog):
+// netlog/PROFILE/runN/MODE.json (names made safe for a file system).
+func NetLogFile(profile string, run int, mode string) string {
+	return filepath.Join("netlog", safeFileName(profile), fmt.Sprintf("run%d", run), safeFileName(mode)+".json")
 }
 
 // saveHAR writes p's HAR (if any) into its session's HARDir under out and
