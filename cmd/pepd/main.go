@@ -523,6 +523,9 @@ func (d *pepd) buildVIPTLS(cfg *config.Config) (splice.Terminator, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := term.SetKeyExchange(h.KeyExchange); err != nil {
+		return nil, err
+	}
 	d.reloaders = append(d.reloaders, func(c *config.Config) error {
 		if c.HTTPS.CertFile != h.CertFile || c.HTTPS.KeyFile != h.KeyFile {
 			d.log.Warn("https.cert_file and https.key_file need a restart to change; reloading the old files", "cert_file", h.CertFile)
@@ -534,7 +537,7 @@ func (d *pepd) buildVIPTLS(cfg *config.Config) (splice.Terminator, error) {
 		return nil
 	})
 	d.log.Info("VIP served as an HTTPS origin", "cert_file", h.CertFile, "names", h.Names, "ip", st.Covers(cfg.VIP.String()),
-		"not_after", st.Leaf().NotAfter, "urls", h.URLs, "shards", h.Shards)
+		"not_after", st.Leaf().NotAfter, "urls", h.URLs, "shards", h.Shards, "key_exchange", h.KeyExchange)
 	return term, nil
 }
 
