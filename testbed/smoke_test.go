@@ -182,6 +182,19 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s: %d TCP sockets to the VIP %s in the net log (%d sockets), want them: %v", m, toVIP, vip, len(socks), want)
 		}
 	}
+	// Their counts per session (results.json "sockets"): one per mode,
+	// over every page; in url mode sockets to the VIP carried requests.
+	if len(res.Sockets) != len(c.Modes) {
+		t.Errorf("%d sessions' sockets in the results, want %d", len(res.Sockets), len(c.Modes))
+	}
+	for _, ss := range res.Sockets {
+		if ss.Pages != pages {
+			t.Errorf("%s: sockets over %d pages, want %d", ss.Mode, ss.Pages, pages)
+		}
+		if ss.Mode == "url" && (ss.VIP.Used == 0 || ss.VIP.Used > ss.VIP.Sockets) {
+			t.Errorf("url: %+v to the VIP, want some used", ss.VIP)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(c.Out, "results.json")); err != nil {
 		t.Error(err)
 	}

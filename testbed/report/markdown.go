@@ -92,6 +92,7 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 		writeSummary(&b, v)
 		writeVIPOrigin(&b, v, r)
 		writeFig5(&b, v)
+		writeSockets(&b, v, r)
 		writeFig6(&b, v)
 		writePaint(&b, v)
 		writeFig7(&b, v)
@@ -211,6 +212,55 @@ func writeVIPOrigin(b *bytes.Buffer, v View, r *Results) {
 			}
 		}
 		fmt.Fprintf(b, "| %s | %s | %d | %s | %s |\n", m, a.scheme, a.k, cmp.Or(proto, "-"), NewSpread(a.conns).Format(0))
+	}
+	b.WriteString("\n")
+}
+
+// writeSockets prints, when the run saved net logs (-netlog), the TCP
+// sockets each mode's browser connected per page, to the VIP and to the
+// rest, and how many of them carried a request (Results.Sockets): the
+// sockets a browser opens and never uses, and the TLS handshakes made on
+// them, which no HAR shows. Sums over the sessions divided by their loads.
+func writeSockets(b *bytes.Buffer, v View, r *Results) {
+	type acc struct {
+		pages      int
+		vip, other SocketCounts
+	}
+	per := map[string]*acc{}
+	for _, ss := range r.Sockets {
+		if ss.Profile != v.Profile.Name {
+			continue
+		}
+		a := per[ss.Mode]
+		if a == nil {
+			a = &acc{}
+			per[ss.Mode] = a
+		}
+		a.pages += ss.Pages
+		for _, x := range []struct{ dst, src *SocketCounts }{{&a.vip, &ss.VIP}, {&a.other, &ss.Other}} {
+			x.dst.Sockets += x.src.Sockets
+			x.dst.Used += x.src.Used
+			x.dst.TLS += x.src.TLS
+			x.dst.TLSDone += x.src.TLSDone
+			x.dst.TLSUnused += x.src.TLSUnused
+		}
+	}
+	if len(per) == 0 {
+		return
+	}
+	b.WriteString("### Sockets the browser connected (net log)\n\n")
+	b.WriteString("From each measured session's Chromium net log (`-netlog`): TCP sockets connected, those that carried a request, TLS handshakes begun (a ClientHello sent), finished, and begun on a socket that then carried no request; per page (sums over the sessions divided by their loads), to the VIP and to every other address.\n\n")
+	b.WriteString("| mode | loads | VIP sockets | used | TLS begun | finished | without a request | other sockets | used | TLS begun | without a request |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, m := range v.Modes {
+		a := per[m]
+		if a == nil || a.pages == 0 {
+			continue
+		}
+		pp := func(n int) string { return fmt.Sprintf("%.1f", float64(n)/float64(a.pages)) }
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", m, a.pages,
+			pp(a.vip.Sockets), pp(a.vip.Used), pp(a.vip.TLS), pp(a.vip.TLSDone), pp(a.vip.TLSUnused),
+			pp(a.other.Sockets), pp(a.other.Used), pp(a.other.TLS), pp(a.other.TLSUnused))
 	}
 	b.WriteString("\n")
 }

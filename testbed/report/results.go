@@ -215,6 +215,33 @@ type Results struct {
 	Schema  int       `json:"schema"`
 	Config  RunConfig `json:"config"`
 	Records []Record  `json:"records"`
+	// Sockets are the sockets each measured session's browser connected,
+	// read from its net log (testbed run -netlog); absent without it.
+	Sockets []SessionSockets `json:"sockets,omitempty"`
+}
+
+// SessionSockets is what one measured session's browser connected over
+// its pages, from Chromium's net log (browser.NetLogConns): TCP sockets to
+// the VIP (any port) and to everything else. A HAR shows the connections
+// requests used; this also counts the ones the browser connected and never
+// used, and the TLS handshakes made on them.
+type SessionSockets struct {
+	Profile string       `json:"profile"`
+	Run     int          `json:"run"`
+	Mode    string       `json:"mode"`
+	Pages   int          `json:"pages"` // loads in the session
+	VIP     SocketCounts `json:"vip"`
+	Other   SocketCounts `json:"other"`
+}
+
+// SocketCounts counts TCP sockets (each one SYN that got an answer or not).
+type SocketCounts struct {
+	Sockets int `json:"sockets"` // connected
+	Used    int `json:"used"`    // carried a request (application data sent)
+	TLS     int `json:"tls"`     // began a TLS handshake (a ClientHello went out)
+	TLSDone int `json:"tls_done"`
+	// TLSUnused began a TLS handshake and carried no request.
+	TLSUnused int `json:"tls_unused"`
 }
 
 // Profile returns the ProfileInfo named name.

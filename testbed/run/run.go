@@ -531,6 +531,16 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 	if NeedsPEP(m) {
 		bed.pep.saveMetrics(s.logWith(bed.log), m)
 	}
+	if bopts.NetLog != "" {
+		b.Close() // Chromium's net log is whole once it exits
+		ss, err := sessionSockets(bopts.NetLog, s, vip, len(recs))
+		if err != nil {
+			return recs, b.UserAgent(), err
+		}
+		e.mu.Lock()
+		e.res.Sockets = append(e.res.Sockets, ss)
+		e.mu.Unlock()
+	}
 	if tally != nil {
 		bed.pep.logHints(s.logWith(bed.log))
 		if err := tally.endSession(recs); err != nil {
@@ -601,6 +611,39 @@ func (e *experiment) prepareSession(ctx context.Context, bed *Bed, s session, bo
 // file system).
 func HARDir(profile string, run int, mode string) string {
 	return filepath.Join("har", safeFileName(profile), fmt.Sprintf("run%d", run), safeFileName(mode))
+}
+
+// sessionSockets counts the TCP sockets in the net log at path of session
+// s (pages loads), to the VIP and to the rest (report.SessionSockets).
+func sessionSockets(path string, s session, vip netip.Addr, pages int) (report.SessionSockets, error) {
+	conns, err := browser.NetLogConns(path)
+	if err != nil {
+		return report.SessionSockets{}, err
+	}
+	ss := report.SessionSockets{Profile: s.profile, Run: s.run, Mode: s.mode, Pages: pages}
+	for _, c := range conns {
+		if c.Proto != "tcp" {
+			continue
+		}
+		n := &ss.Other
+		if c.Addr.Addr() == vip {
+			n = &ss.VIP
+		}
+		n.Sockets++
+		if c.Used {
+			n.Used++
+		}
+		if c.TLSStarted {
+			n.TLS++
+			if !c.Used {
+				n.TLSUnused++
+			}
+		}
+		if c.TLSDone {
+			n.TLSDone++
+		}
+	}
+	return ss, nil
 }
 
 // NetLogFile is the file, relative to the run's output folder, of the
