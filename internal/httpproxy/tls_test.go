@@ -338,17 +338,6 @@ func TestUpstreamPoolGrows(t *testing.T) {
 	}
 }
 
-// readCountConn counts the bytes read from a connection.
-type readCountConn struct {
-	net.Conn
-	n int
-}
-
-func (c *readCountConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.n += n
-	return n, err
-}
 
 // TestTLSResumption: through ServeTLS, as pepd serves the VIP, a client
 // that keeps its session cache resumes on its second connection (no
@@ -366,12 +355,12 @@ func TestTLSResumption(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cc := &readCountConn{Conn: raw}
+		cc := &viptlstest.ReadCounter{Conn: raw}
 		c := tls.Client(cc, &tls.Config{RootCAs: f.CA.Pool(), ServerName: testVIP.String(), NextProtos: []string{"h2"}, ClientSessionCache: cache})
 		if err := c.Handshake(); err != nil {
 			t.Fatal(err)
 		}
-		hs := cc.n
+		hs := cc.N
 		st := c.ConnectionState()
 		// A TLS 1.3 ticket comes after the handshake: read until the
 		// server's SETTINGS (the h2 preface) so that it has arrived.

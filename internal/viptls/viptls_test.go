@@ -302,13 +302,13 @@ func TestKeyExchange(t *testing.T) {
 				tc.Read(make([]byte, 1))
 			}
 		}()
-		counted := &countReads{Conn: cli}
+		counted := &viptlstest.ReadCounter{Conn: cli}
 		tc := tls.Client(counted, &tls.Config{RootCAs: ca.Pool(), ServerName: "192.0.2.12"})
 		tc.SetDeadline(time.Now().Add(10 * time.Second))
 		if err := tc.Handshake(); err != nil {
 			t.Fatalf("%s: %v", kx, err)
 		}
-		return tc.ConnectionState().CurveID, counted.n
+		return tc.ConnectionState().CurveID, counted.N
 	}
 	hybrid, hybridBytes := handshake(KeyExchangeHybrid)
 	classical, classicalBytes := handshake(KeyExchangeClassical)
@@ -323,16 +323,4 @@ func TestKeyExchange(t *testing.T) {
 	if err := term.SetKeyExchange("X25519"); err == nil || !strings.Contains(err.Error(), `"X25519" is not one of hybrid, classical`) {
 		t.Errorf("SetKeyExchange(X25519): %v", err)
 	}
-}
-
-// countReads counts the bytes read from a connection.
-type countReads struct {
-	net.Conn
-	n int
-}
-
-func (c *countReads) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.n += n
-	return n, err
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -116,4 +117,19 @@ func (ca *CA) WriteFiles(dir string, names ...string) (certFile, keyFile string,
 func serial() *big.Int {
 	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
 	return n
+}
+
+// ReadCounter is a connection that counts the bytes read from it (N), for
+// tests that measure what a TLS server sends in a handshake. Not safe for
+// concurrent reads.
+type ReadCounter struct {
+	net.Conn
+	N int
+}
+
+// Read reads from the connection and adds what it read to N.
+func (c *ReadCounter) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.N += n
+	return n, err
 }
