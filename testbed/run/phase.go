@@ -51,6 +51,16 @@ type phaseGate struct {
 // function that leaves it (call it once) and how long it waited. It
 // returns ctx's error, without entering, when ctx ends first.
 func (g *phaseGate) enter(ctx context.Context, p phase) (leave func(), waited time.Duration, err error) {
+	leaves, waited, err := g.enterN(ctx, p, 1)
+	if err != nil {
+		return nil, waited, err
+	}
+	return leaves[0], waited, nil
+}
+
+// enterN is enter for k testbeds that enter together (k >= 1): one wait,
+// and k functions, one to leave for each.
+func (g *phaseGate) enterN(ctx context.Context, p phase, k int) (leaves []func(), waited time.Duration, err error) {
 	start := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -94,18 +104,85 @@ func (g *phaseGate) enter(ctx context.Context, p phase) (leave func(), waited ti
 		}
 	}
 	g.active = p
-	g.n++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			g.n--
-			if g.n == 0 && g.waiting[other] > 0 {
-				// Their turn: every one waiting now enters.
-				g.active, g.turn = other, g.waiting[other]
-			}
-			g.cond.Broadcast()
+	g.n += k
+	for range k {
+		var once sync.Once
+		leaves = append(leaves, func() {
+			once.Do(func() {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				g.n--
+				if g.n == 0 && g.waiting[other] > 0 {
+					// Their turn: every one waiting now enters.
+					g.active, g.turn = other, g.waiting[other]
+				}
+				g.cond.Broadcast()
+			})
 		})
-	}, time.Since(start), nil
+	}
+	return leaves, time.Since(start), nil
+}
+
+// runPairs makes the testbeds of one run, one per mode (-split-modes),
+// enter the measure phase together, so that every mode of a run measures
+// its loads beside the same other testbeds: with the phase gate alone, the
+// modes that prepare (warm) measured beside each other and the rest beside
+// each other, and the CPU they shared differed (testbed/README.md, session
+// 21: the 18 https pages pep never touches came out at 1.06 of direct's
+// PLT and 1.15 of its FCP). The zero value pairs nothing.
+type runPairs struct {
+	mu     sync.Mutex
+	size   int // testbeds of a run; 0 or 1: no pairing
+	groups map[runKey]*pairGroup
+}
+
+type runKey struct {
+	profile string
+	run     int
+}
+
+type pairGroup struct {
+	arrived int
+	ready   chan struct{} // closed when the group entered (or failed to)
+	leaves  []func()
+	waited  time.Duration
+	err     error
+}
+
+// enterMeasure enters the measure phase of g for session s together with
+// the other testbeds of its run (the last to arrive enters for all), and
+// returns the function that leaves it and how long s waited. It returns
+// ctx's error when ctx ends first.
+func (r *runPairs) enterMeasure(ctx context.Context, g *phaseGate, s session) (leave func(), waited time.Duration, err error) {
+	if r.size < 2 {
+		return g.enter(ctx, phaseMeasure)
+	}
+	start := time.Now()
+	r.mu.Lock()
+	if r.groups == nil {
+		r.groups = map[runKey]*pairGroup{}
+	}
+	k := runKey{s.profile, s.run}
+	grp := r.groups[k]
+	if grp == nil {
+		grp = &pairGroup{ready: make(chan struct{})}
+		r.groups[k] = grp
+	}
+	me := grp.arrived
+	grp.arrived++
+	last := grp.arrived == r.size
+	r.mu.Unlock()
+	if last {
+		grp.leaves, grp.waited, grp.err = g.enterN(ctx, phaseMeasure, r.size)
+		close(grp.ready)
+	}
+	select {
+	case <-grp.ready:
+	case <-ctx.Done():
+		return nil, time.Since(start), ctx.Err()
+	}
+	if grp.err != nil {
+		return nil, time.Since(start), grp.err
+	}
+	return grp.leaves[me], time.Since(start), nil
 }

@@ -136,3 +136,67 @@ func recvLeave(t *testing.T, c chan func()) func() {
 		return nil
 	}
 }
+
+// TestRunPairs: the two testbeds of a run enter the measure phase
+// together: the first waits for the second; once in, a preparation waits
+// for both to leave, and a preparation waiting when the pair arrives does
+// not split it (it enters after both).
+func TestRunPairs(t *testing.T) {
+	ctx := context.Background()
+	var g phaseGate
+	r := runPairs{size: 2}
+	type entry struct {
+		leave func()
+		err   error
+	}
+	enter := func(run int, mode string) chan entry {
+		c := make(chan entry, 1)
+		go func() {
+			leave, _, err := r.enterMeasure(ctx, &g, session{profile: "p", run: run, mode: mode})
+			c <- entry{leave, err}
+		}()
+		return c
+	}
+	// A preparation is in; run 1's direct arrives and waits for its pair.
+	prep, _, err := g.enter(ctx, phasePrepare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1 := enter(1, "direct")
+	select {
+	case <-d1:
+		t.Fatal("run 1's direct entered without its pair")
+	case <-time.After(50 * time.Millisecond):
+	}
+	u1 := enter(1, "url")
+	// Both wait for the preparation, then enter together.
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.waiting[phaseMeasure] == 1 })
+	// A second preparation queues behind the pair.
+	prep2 := make(chan func(), 1)
+	go func() { l, _, _ := g.enter(ctx, phasePrepare); prep2 <- l }()
+	prep()
+	a, b := <-d1, <-u1
+	if a.err != nil || b.err != nil {
+		t.Fatal(a.err, b.err)
+	}
+	g.mu.Lock()
+	n := g.n
+	g.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d testbeds in the measure phase, want the pair", n)
+	}
+	a.leave()
+	select {
+	case <-prep2:
+		t.Fatal("a preparation entered while half the pair measured")
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.leave()
+	recvLeave(t, prep2)()
+	// Without pairing (size 1), enterMeasure is the gate's enter.
+	leave, _, err := (&runPairs{}).enterMeasure(ctx, &g, session{profile: "p", run: 2, mode: "direct"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leave()
+}

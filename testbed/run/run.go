@@ -48,7 +48,8 @@ type experiment struct {
 	mu  sync.Mutex // guards res
 	res *report.Results
 
-	gate phaseGate // preparations and measured loads never at once
+	gate  phaseGate // preparations and measured loads never at once
+	pairs runPairs  // the modes of a run measure together (-split-modes)
 }
 
 // prepare validates c and makes what every runner needs from it: the
@@ -272,20 +273,29 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 			}
 		}
 	}
+	if c.SplitModes && len(c.Modes) > 1 && c.Parallel >= len(c.Modes) {
+		// A run's testbeds start one after the other (units are in run
+		// order, taken in order below), so they hold places at once.
+		e.pairs.size = len(c.Modes)
+		rc.ModeOrder += "; with -split-modes the testbeds of a run measured their loads at the same time"
+	}
 	sem := make(chan struct{}, c.Parallel)
 	var wg sync.WaitGroup
 	errs := make([]error, len(units))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+units:
 	for i, u := range units {
+		// Places are taken in unit order: run r's testbeds start before
+		// run r+1's.
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			break units
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
 			defer func() { <-sem }()
 			if ctx.Err() != nil {
 				return
@@ -461,8 +471,9 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 			}
 		}
 	}
-	// Measured loads run beside measured loads only (phaseGate).
-	leave, waited, err := e.gate.enter(ctx, phaseMeasure)
+	// Measured loads run beside measured loads only (phaseGate), the
+	// modes of a run together (runPairs).
+	leave, waited, err := e.pairs.enterMeasure(ctx, &e.gate, s)
 	if err != nil {
 		return nil, "", err
 	}
