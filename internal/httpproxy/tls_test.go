@@ -338,7 +338,6 @@ func TestUpstreamPoolGrows(t *testing.T) {
 	}
 }
 
-
 // TestTLSResumption: through ServeTLS, as pepd serves the VIP, a client
 // that keeps its session cache resumes on its second connection (no
 // certificate sent again), over TLS 1.3 when it offers 1.3 and 1.2; so
