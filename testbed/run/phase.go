@@ -129,7 +129,10 @@ func (g *phaseGate) enterN(ctx context.Context, p phase, k int) (leaves []func()
 // modes that prepare (warm) measured beside each other and the rest beside
 // each other, and the CPU they shared differed (testbed/README.md, session
 // 21: the 18 https pages pep never touches came out at 1.06 of direct's
-// PLT and 1.15 of its FCP). The zero value pairs nothing.
+// PLT and 1.15 of its FCP). It does not give a faster mode's last pages
+// the load a slower mode's last pages meet: the pages of a run are not
+// loaded in lockstep (the same README section). The zero value pairs
+// nothing.
 type runPairs struct {
 	mu     sync.Mutex
 	size   int // testbeds of a run; 0 or 1: no pairing
