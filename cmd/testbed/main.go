@@ -137,7 +137,7 @@ func cmdRun(args []string) error {
 	fs.StringVar(&c.Backend, "backend", c.Backend, "link emulator: auto, tc or userspace")
 	fs.StringVar(&c.Bin, "bin", "", "folder with pepd and pepctl (default: this program's folder)")
 	fs.StringVar(&c.Chromium, "chromium", "chromium", "Chromium binary")
-	fs.IntVar(&c.Parallel, "parallel", 1, "testbeds at once, one per (profile, run); warm-up and teaching passes never run beside a measured load, and with -split-modes a run's testbeds measure together")
+	fs.IntVar(&c.Parallel, "parallel", 1, "testbeds at once, one per (profile, run); warm-up and teaching passes never run beside a measured load, and with -split-modes a run's testbeds measure together, each page begun on all of them at once")
 	fs.BoolVar(&c.StockChromium, "stock-chromium", false, "run Chromium with its stock defaults for whatever changes a page load (HTTPS upgrades, QUIC, HTTPS records, resolver); the report lists every change the testbed makes otherwise")
 	fs.BoolVar(&c.HAR, "har", false, "save a HAR file per load (OUT/har/PROFILE/runN/MODE/NNN-PAGE.har, about 1 kB per request) and report where the time went")
 	fs.BoolVar(&c.NetLog, "netlog", false, "save Chromium's net log of every measured session (OUT/netlog/PROFILE/runN/MODE.json): every socket it connected, used or not")

@@ -129,9 +129,12 @@ func (g *phaseGate) enterN(ctx context.Context, p phase, k int) (leaves []func()
 // modes that prepare (warm) measured beside each other and the rest beside
 // each other, and the CPU they shared differed (testbed/README.md, session
 // 21: the 18 https pages pep never touches came out at 1.06 of direct's
-// PLT and 1.15 of its FCP). It does not give a faster mode's last pages
-// the load a slower mode's last pages meet: the pages of a run are not
-// loaded in lockstep (the same README section). The zero value pairs
+// PLT and 1.15 of its FCP). Inside the measure phase the testbeds of a run
+// also load their pages in lockstep (measureTurn.page): page i starts on
+// every testbed of the run once each has finished page i-1, so a faster
+// mode's last pages do not meet a lighter machine than a slower mode's
+// (session 21: with the phase alone, the https controls pep never touches
+// still came out at 1.08-1.30 of direct's PLT). The zero value pairs
 // nothing.
 type runPairs struct {
 	mu     sync.Mutex
@@ -150,15 +153,96 @@ type pairGroup struct {
 	leaves  []func()
 	waited  time.Duration
 	err     error
+	step    lockstep
+}
+
+// measureTurn is one testbed's place in the measure phase: page waits for
+// the other testbeds of its run before each page load, leave gives the
+// place up (call it once; later calls do nothing).
+type measureTurn struct {
+	step  *lockstep // nil: not paired, page never waits
+	leave func()
+}
+
+// page blocks until every testbed of the run still measuring has reached
+// its next page load, and returns how long it waited, or ctx's error.
+func (m *measureTurn) page(ctx context.Context) (time.Duration, error) {
+	if m.step == nil {
+		return 0, nil
+	}
+	return m.step.wait(ctx)
+}
+
+// lockstep is a reusable barrier for the testbeds of a run: each call of
+// wait is one testbed's arrival at its next page, and the arrivals of
+// every member still in (members) release them together. A member that
+// leaves early (its session failed) is dropped, so the others go on.
+type lockstep struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	members int
+	arrived int
+	gen     int // count of releases
+}
+
+func (l *lockstep) wait(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cond == nil {
+		l.cond = sync.NewCond(&l.mu)
+	}
+	l.arrived++
+	if l.arrived >= l.members {
+		l.release()
+		return 0, nil
+	}
+	gen := l.gen
+	stop := context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		l.cond.Broadcast()
+		l.mu.Unlock()
+	})
+	defer stop()
+	for l.gen == gen && ctx.Err() == nil {
+		l.cond.Wait()
+	}
+	if l.gen == gen {
+		l.arrived--
+		return time.Since(start), ctx.Err()
+	}
+	return time.Since(start), nil
+}
+
+// drop takes a member out; the others waiting may now be all.
+func (l *lockstep) drop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.members--
+	if l.arrived > 0 && l.arrived >= l.members {
+		l.release()
+	}
+}
+
+func (l *lockstep) release() {
+	l.gen++
+	l.arrived = 0
+	if l.cond != nil {
+		l.cond.Broadcast()
+	}
 }
 
 // enterMeasure enters the measure phase of g for session s together with
 // the other testbeds of its run (the last to arrive enters for all), and
-// returns the function that leaves it and how long s waited. It returns
-// ctx's error when ctx ends first.
-func (r *runPairs) enterMeasure(ctx context.Context, g *phaseGate, s session) (leave func(), waited time.Duration, err error) {
+// returns s's turn (its page barrier and its leave) and how long s waited.
+// It returns ctx's error when ctx ends first.
+func (r *runPairs) enterMeasure(ctx context.Context, g *phaseGate, s session) (*measureTurn, time.Duration, error) {
 	if r.size < 2 {
-		return g.enter(ctx, phaseMeasure)
+		leave, waited, err := g.enter(ctx, phaseMeasure)
+		if err != nil {
+			return nil, waited, err
+		}
+		return &measureTurn{leave: leave}, waited, nil
 	}
 	start := time.Now()
 	r.mu.Lock()
@@ -169,6 +253,7 @@ func (r *runPairs) enterMeasure(ctx context.Context, g *phaseGate, s session) (l
 	grp := r.groups[k]
 	if grp == nil {
 		grp = &pairGroup{ready: make(chan struct{})}
+		grp.step.members = r.size
 		r.groups[k] = grp
 	}
 	me := grp.arrived
@@ -187,5 +272,12 @@ func (r *runPairs) enterMeasure(ctx context.Context, g *phaseGate, s session) (l
 	if grp.err != nil {
 		return nil, time.Since(start), grp.err
 	}
-	return grp.leaves[me], time.Since(start), nil
+	var once sync.Once
+	leave := func() {
+		once.Do(func() {
+			grp.step.drop()
+			grp.leaves[me]()
+		})
+	}
+	return &measureTurn{step: &grp.step, leave: leave}, time.Since(start), nil
 }

@@ -152,8 +152,12 @@ func TestRunPairs(t *testing.T) {
 	enter := func(run int, mode string) chan entry {
 		c := make(chan entry, 1)
 		go func() {
-			leave, _, err := r.enterMeasure(ctx, &g, session{profile: "p", run: run, mode: mode})
-			c <- entry{leave, err}
+			turn, _, err := r.enterMeasure(ctx, &g, session{profile: "p", run: run, mode: mode})
+			if err != nil {
+				c <- entry{nil, err}
+				return
+			}
+			c <- entry{turn.leave, nil}
 		}()
 		return c
 	}
@@ -194,9 +198,88 @@ func TestRunPairs(t *testing.T) {
 	b.leave()
 	recvLeave(t, prep2)()
 	// Without pairing (size 1), enterMeasure is the gate's enter.
-	leave, _, err := (&runPairs{}).enterMeasure(ctx, &g, session{profile: "p", run: 2, mode: "direct"})
+	turn, _, err := (&runPairs{}).enterMeasure(ctx, &g, session{profile: "p", run: 2, mode: "direct"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leave()
+	if w, err := turn.page(ctx); w != 0 || err != nil {
+		t.Fatalf("an unpaired testbed's page waited %v, %v", w, err)
+	}
+	turn.leave()
+}
+
+// TestLockstep: the testbeds of a run start each page together; a faster
+// one waits at its next page for the slower; one that leaves early (its
+// session failed) no longer holds the others back; a cancelled wait
+// returns ctx's error.
+func TestLockstep(t *testing.T) {
+	ctx := context.Background()
+	var g phaseGate
+	r := runPairs{size: 2}
+	turns := make(chan *measureTurn, 2)
+	for _, m := range []string{"direct", "url"} {
+		go func() {
+			turn, _, err := r.enterMeasure(ctx, &g, session{profile: "p", run: 1, mode: m})
+			if err != nil {
+				t.Error(err)
+			}
+			turns <- turn
+		}()
+	}
+	fast, slow := <-turns, <-turns
+	if fast == nil || slow == nil {
+		t.FailNow()
+	}
+	if fast.step != slow.step {
+		t.Fatal("the testbeds of one run got different barriers")
+	}
+	// Page 0: both arrive, both go.
+	done := make(chan error, 1)
+	go func() { _, err := slow.page(ctx); done <- err }()
+	if _, err := fast.page(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Page 1: the fast testbed waits until the slow one arrives.
+	go func() { _, err := fast.page(ctx); done <- err }()
+	select {
+	case <-done:
+		t.Fatal("page 1 began before the run's other testbed finished page 0")
+	case <-time.After(50 * time.Millisecond):
+	}
+	w, err := slow.page(ctx)
+	if err != nil || w != 0 {
+		t.Fatalf("the last arrival waited %v, %v", w, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Page 2: a cancelled wait ends with ctx's error and counts no arrival.
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { _, err := fast.page(cctx); done <- err }()
+	waitFor(t, func() bool { fast.step.mu.Lock(); defer fast.step.mu.Unlock(); return fast.step.arrived == 1 })
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Fatalf("cancelled wait: %v, want context.Canceled", err)
+	}
+	// The fast one waits again; the slow one's session fails and leaves:
+	// the fast one goes on alone, and later pages do not wait.
+	go func() { _, err := fast.page(ctx); done <- err }()
+	waitFor(t, func() bool { fast.step.mu.Lock(); defer fast.step.mu.Unlock(); return fast.step.arrived == 1 })
+	slow.leave()
+	slow.leave() // a second call does nothing
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if w, err := fast.page(ctx); w != 0 || err != nil {
+		t.Fatalf("alone, a page waited %v, %v", w, err)
+	}
+	fast.leave()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n != 0 {
+		t.Fatalf("%d testbeds still in the measure phase", g.n)
+	}
 }

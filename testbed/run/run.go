@@ -277,7 +277,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		// A run's testbeds start one after the other (units are in run
 		// order, taken in order below), so they hold places at once.
 		e.pairs.size = len(c.Modes)
-		rc.ModeOrder += "; with -split-modes the testbeds of a run measured their loads at the same time"
+		rc.ModeOrder += "; with -split-modes the testbeds of a run measured their loads at the same time, page by page: each page load began on every testbed of the run together"
 	}
 	sem := make(chan struct{}, c.Parallel)
 	var wg sync.WaitGroup
@@ -472,12 +472,12 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 		}
 	}
 	// Measured loads run beside measured loads only (phaseGate), the
-	// modes of a run together (runPairs).
-	leave, waited, err := e.pairs.enterMeasure(ctx, &e.gate, s)
+	// modes of a run together and page by page (runPairs).
+	turn, waited, err := e.pairs.enterMeasure(ctx, &e.gate, s)
 	if err != nil {
 		return nil, "", err
 	}
-	defer leave()
+	defer turn.leave()
 	if waited >= time.Second {
 		s.logWith(bed.log).Info("measure: waited for the other testbeds' preparations", "waited", waited.Round(time.Millisecond))
 	}
@@ -505,6 +505,7 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 	var opt optCounts // the optimizer's counters before the load (+opt modes)
 	_, hasOpt := SplitMode(m)
 	hasOpt = hasOpt && NeedsPEP(m)
+	var lockWait time.Duration // waits for the run's other testbeds, page by page
 	for seq, pg := range e.corp.Pages {
 		e.step(s, pg)
 		bed.Link.ResetCounters()
@@ -514,6 +515,11 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 				return recs, b.UserAgent(), err
 			}
 		}
+		w, err := turn.page(ctx)
+		if err != nil {
+			return recs, b.UserAgent(), err
+		}
+		lockWait += w
 		p, err := b.Load(ctx, pg.URL)
 		if err != nil {
 			return recs, b.UserAgent(), err
@@ -538,6 +544,9 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 				return recs, b.UserAgent(), err
 			}
 		}
+	}
+	if lockWait > 0 {
+		s.logWith(bed.log).Info("measure: waited for the run's other testbeds before its pages", "waited", lockWait.Round(time.Millisecond))
 	}
 	if NeedsPEP(m) {
 		bed.pep.saveMetrics(s.logWith(bed.log), m)
