@@ -290,7 +290,8 @@ func writeFig5(b *bytes.Buffer, v View) {
 // mode on a cold cache: the figures a comparison is judged by,
 // with the pages slower than the reference by more than its spread.
 // When some pages loaded their document over https (View.HTTPSPages), it
-// names them and gives the table again over the other pages.
+// names them and gives the table again over the other pages, and over
+// them alone: the control, which pep only splices.
 func writeSummary(b *bytes.Buffer, v View) {
 	rows := summaryRows(v)
 	if len(rows) == 0 {
@@ -307,6 +308,8 @@ func writeSummary(b *bytes.Buffer, v View) {
 			https[p] = true
 		}
 		writeSummaryTable(b, summaryRows(v.Only(func(p string) bool { return !https[p] })))
+		fmt.Fprintf(b, "**The %d https pages, the campaign's control.** pepd only splices them, so every mode loads them as direct does, and their change against direct should be 0 within the spread: a change beyond it is the campaign's, not pep's (testbeds that shared the machine unequally: testbed/README.md, \"Runs and the cache\"), and the other rows carry it too.\n\n", n)
+		writeSummaryTable(b, summaryRows(v.Only(func(p string) bool { return https[p] })))
 	}
 }
 

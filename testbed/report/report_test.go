@@ -201,6 +201,18 @@ func TestHTTPSPages(t *testing.T) {
 	if row := "| url | direct | 1 | -27.3 %"; !strings.Contains(md[i:], row) {
 		t.Errorf("the table over the http pages has no row %q:\n%s", row, md[i:])
 	}
+	// The https pages alone: the control table, cnn's own change.
+	j := strings.Index(md, "**The 1 https pages, the campaign's control.**")
+	if j < i {
+		t.Fatalf("no control table after the http pages' table:\n%s", md[i:])
+	}
+	c, ok := v.Only(func(p string) bool { return p == "cnn" }).Summarize("url", "direct")
+	if !ok || c.Pages != 1 {
+		t.Fatalf("summary over cnn: %+v", c)
+	}
+	if row := fmt.Sprintf("| url | direct | 1 | %+.1f %%", c.PLTMedianChange); !strings.Contains(md[j:], row) {
+		t.Errorf("the control table has no row %q:\n%s", row, md[j:])
+	}
 }
 
 func TestMarkdownGolden(t *testing.T) {
