@@ -507,6 +507,13 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 	hasOpt = hasOpt && NeedsPEP(m)
 	var lockWait time.Duration // waits for the run's other testbeds, page by page
 	for seq, pg := range e.corp.Pages {
+		// Before the counters are reset: what arrives while a testbed
+		// waits for the others is not the next page's.
+		w, err := turn.page(ctx)
+		if err != nil {
+			return recs, b.UserAgent(), err
+		}
+		lockWait += w
 		e.step(s, pg)
 		bed.Link.ResetCounters()
 		bed.Origin.ResetStats()
@@ -515,11 +522,6 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 				return recs, b.UserAgent(), err
 			}
 		}
-		w, err := turn.page(ctx)
-		if err != nil {
-			return recs, b.UserAgent(), err
-		}
-		lockWait += w
 		p, err := b.Load(ctx, pg.URL)
 		if err != nil {
 			return recs, b.UserAgent(), err
