@@ -151,7 +151,6 @@ type pairGroup struct {
 	arrived int
 	ready   chan struct{} // closed when the group entered (or failed to)
 	leaves  []func()
-	waited  time.Duration
 	err     error
 	step    lockstep
 }
@@ -261,7 +260,7 @@ func (r *runPairs) enterMeasure(ctx context.Context, g *phaseGate, s session) (*
 	last := grp.arrived == r.size
 	r.mu.Unlock()
 	if last {
-		grp.leaves, grp.waited, grp.err = g.enterN(ctx, phaseMeasure, r.size)
+		grp.leaves, _, grp.err = g.enterN(ctx, phaseMeasure, r.size)
 		close(grp.ready)
 	}
 	select {
