@@ -20,8 +20,8 @@ type Phase int
 // event; before the document's request and after the last response.
 const (
 	PhaseBrowser   Phase = iota // no request on the critical path in flight
-	PhaseQueued                 // blocked: queued and stalled in the browser (HAR blocked)
-	PhaseHandshake              // DNS, TCP connect and TLS (HAR dns + connect)
+	PhaseQueued                 // blocked: queued and stalled in the browser (HAR blocked), but for a wait on a handshake
+	PhaseHandshake              // DNS, TCP connect and TLS (HAR dns + connect), and a request's wait for the handshake of the connection it then used, which another request opened (Handshakes)
 	PhaseWait                   // request sent to the response's first byte: one round trip, the link's queue, the proxy and the server (HAR send + wait)
 	PhaseTransfer               // the response's bytes (HAR receive)
 	NumPhases
@@ -208,8 +208,9 @@ func Analyze(h *har.HAR, rtt float64) Load {
 			last = i
 		}
 	}
+	hs := Handshakes(es)
 	if last >= 0 {
-		l.Critical, l.CriticalPath = split(es, parent, last, l.PLT)
+		l.Critical, l.CriticalPath = split(es, parent, hs, last, l.PLT)
 	} else {
 		l.Critical[PhaseBrowser] = max(l.PLT, 0)
 	}
@@ -219,7 +220,7 @@ func Analyze(h *har.HAR, rtt float64) Load {
 		for i := len(es) - 1; i >= 0; i-- {
 			if es[i].Request.URL == u && es[i].Start <= lcp {
 				l.LCP = lcp
-				l.LCPCritical, l.LCPPath = split(es, parent, i, lcp)
+				l.LCPCritical, l.LCPPath = split(es, parent, hs, i, lcp)
 				break
 			}
 		}
@@ -236,7 +237,8 @@ func Analyze(h *har.HAR, rtt float64) Load {
 // up to end, browser time between a parent's end and its child's start,
 // before the first request and between the last one's end and end. The
 // phases sum to end. path is the path's indexes into es, document first.
-func split(es []har.Entry, parent []int, last int, end float64) (phases [NumPhases]float64, path []int) {
+// hs is es's Handshakes.
+func split(es []har.Entry, parent []int, hs map[string]Span, last int, end float64) (phases [NumPhases]float64, path []int) {
 	path = pathTo(parent, last)
 	c := end
 	for k := len(path) - 1; k >= 0; k-- {
@@ -245,7 +247,7 @@ func split(es []har.Entry, parent []int, last int, end float64) (phases [NumPhas
 			phases[PhaseBrowser] += c - t
 			c = t
 		}
-		for _, s := range segments(e) {
+		for _, s := range segments(e, hs) {
 			lo, hi := s.from, math.Min(s.to, c)
 			if hi > lo {
 				phases[s.phase] += hi - lo
@@ -356,8 +358,38 @@ type segment struct {
 	from, to float64
 }
 
-// segments are an entry's phases on the page's time axis (ms).
-func segments(e har.Entry) []segment {
+// Span is an interval on a page's time axis, From to To in ms after the
+// page's start.
+type Span struct{ From, To float64 }
+
+// Handshakes returns, per connection (Entry.Connection), the span of its
+// DNS lookup, TCP connect and TLS handshake: those of the first entry, in
+// start order, that opened it (HAR dns + connect). A request that waits
+// for a connection another request is opening (HTTP/2: every request of a
+// page to one origin but the first; HTTP/1.1: Chromium gives a request
+// whichever connection comes up first) has only blocked time in its own
+// HAR timings; segments counts the part of it within its connection's
+// span as handshake, so that a handshake on the critical path is called
+// one whichever request made it.
+func Handshakes(es []har.Entry) map[string]Span {
+	hs := map[string]Span{}
+	for _, e := range es {
+		if _, ok := hs[e.Connection]; ok || e.Connection == "" {
+			continue
+		}
+		t := e.Timings
+		if d := max(t.DNS, 0) + max(t.Connect, 0); t.Connect > 0 {
+			from := e.Start + max(t.Blocked, 0)
+			hs[e.Connection] = Span{from, from + d}
+		}
+	}
+	return hs
+}
+
+// segments are an entry's phases on the page's time axis (ms). Its
+// blocked time within the handshake of its connection (hs, Handshakes),
+// when another entry made that handshake, is PhaseHandshake.
+func segments(e har.Entry, hs map[string]Span) []segment {
 	t := e.Timings
 	pos := e.Start
 	var out []segment
@@ -367,7 +399,16 @@ func segments(e har.Entry) []segment {
 			pos += d
 		}
 	}
-	add(PhaseQueued, t.Blocked)
+	blocked := max(t.Blocked, 0)
+	if h, ok := hs[e.Connection]; ok && t.Connect <= 0 && blocked > 0 {
+		lo, hi := max(h.From, pos), min(h.To, pos+blocked)
+		if hi > lo {
+			add(PhaseQueued, lo-pos)
+			add(PhaseHandshake, hi-lo)
+			blocked = e.Start + blocked - pos
+		}
+	}
+	add(PhaseQueued, blocked)
 	add(PhaseHandshake, max(t.DNS, 0)+max(t.Connect, 0))
 	add(PhaseWait, max(t.Send, 0)+max(t.Wait, 0))
 	add(PhaseTransfer, max(t.Receive, 0))

@@ -102,6 +102,59 @@ func TestAnalyzeLCP(t *testing.T) {
 	}
 }
 
+// TestAnalyzeHandshakeWait: over HTTP/2 one request opens the page's
+// connection to an origin and the others wait for its handshake with
+// blocked time only in their HAR timings; on the LCP element's path that
+// wait is handshake time (Handshakes), and only what is left of the block
+// after the handshake is queued. RTT 100 ms:
+//
+//	0-350    document    dns 100, connect 100, wait 100, receive 50      conn 1
+//	360-680  a.png       connect 200 (TLS 100), wait 100, receive 20     conn 2
+//	365-755  lcp.png     blocked 250 (handshake 360-560), wait 100, receive 40 conn 2
+//
+// LCP 770 (lcp.png), onload 800.
+func TestAnalyzeHandshakeWait(t *testing.T) {
+	doc := "http://a.test/"
+	entry := func(url, typ, conn string, start float64, tm har.Timings) har.Entry {
+		e := har.Entry{Start: start, Connection: conn, ResourceType: typ, Timings: tm, RequestID: url}
+		e.Request.URL = url
+		e.Response.Status = 200
+		e.Time = max(tm.Blocked, 0) + max(tm.DNS, 0) + max(tm.Connect, 0) + max(tm.Send, 0) + tm.Wait + tm.Receive
+		if url != doc {
+			e.Initiator = har.Initiator{Type: "parser", URL: doc}
+		}
+		return e
+	}
+	h := &har.HAR{Log: har.Log{
+		Pages: []har.Page{{ID: "page_1", PageTimings: har.PageTimings{OnLoad: 800, LCP: 770, LCPURL: "http://a.test/lcp.png"}}},
+		Entries: []har.Entry{
+			entry(doc, "Document", "1", 0, har.Timings{DNS: 100, Connect: 100, SSL: -1, Wait: 100, Receive: 50}),
+			entry("http://a.test/a.png", "Image", "2", 360, har.Timings{DNS: -1, Connect: 200, SSL: 100, Wait: 100, Receive: 20}),
+			entry("http://a.test/lcp.png", "Image", "2", 365, har.Timings{Blocked: 250, DNS: -1, Connect: -1, SSL: -1, Wait: 100, Receive: 40}),
+		},
+	}}
+	if hs := Handshakes(h.Log.Entries); len(hs) != 2 || hs["2"] != (Span{360, 560}) {
+		t.Fatalf("Handshakes = %v, want conn 1 0-200 and conn 2 360-560", hs)
+	}
+	l := Analyze(h, 100)
+	if !slices.Equal(l.LCPPath, []int{0, 2}) {
+		t.Fatalf("LCP path %v, want [0 2] (document, lcp.png)", l.LCPPath)
+	}
+	// browser: 15 ms from the document's end to lcp.png's start, 15 after
+	// its end; queued: 560-615; handshakes: the document's 200 and
+	// conn 2's 195 within lcp.png's block; request+wait 100 each;
+	// transfer 50+40.
+	want := [NumPhases]float64{PhaseBrowser: 30, PhaseQueued: 55, PhaseHandshake: 395, PhaseWait: 200, PhaseTransfer: 90}
+	for p := range NumPhases {
+		if math.Abs(l.LCPCritical[p]-want[p]) > 1e-6 {
+			t.Errorf("LCPCritical[%s] = %v, want %v", PhaseNames[p], l.LCPCritical[p], want[p])
+		}
+	}
+	if l.Queued != 250 {
+		t.Errorf("Queued = %v, want 250 (HAR blocked, summed as the HAR has it)", l.Queued)
+	}
+}
+
 func TestAnalyzeNotLoaded(t *testing.T) {
 	h, err := har.Read(filepath.Join("testdata", "golden.har"))
 	if err != nil {

@@ -96,6 +96,7 @@ func writeTimes(b *bytes.Buffer, v View, tv TimeView) {
 		"Queued: the requests' time blocked in the browser (HAR blocked: Chromium's schedulers and the wait for a connection under its 6-per-host limit), summed over requests. "+
 		"Critical path (WProf, NSDI 2013): from the request that ended last before onload back through its initiators to the document; "+
 		"PLT split into each request's own phases and browser time between them; shares of the summed PLT. "+
+		"A request's wait for the handshake of a connection another request opened (HTTP/2: every request to an origin but the first) counts as handshakes there, not queued. "+
 		"Every load's figures, page by page: `%s-loads.csv`.\n\n", rtt, MinRoundTrips, safeName(v.Profile.Name))
 	b.WriteString("Over all loads, medians over loads:\n\n")
 	b.WriteString("| mode | loads | PLT | link bound | request bound | requests / conns | chain levels | chain RTTs (x RTT) | in flight max / mean | queued per load | requests queued > 1 RTT |\n")

@@ -34,7 +34,8 @@ func (s swatchThumb) Thumbnail(c *draw.Canvas) {
 // phase, and the page's marks as vertical lines.
 type waterfall struct {
 	es  []har.Entry
-	end float64 // s
+	hs  map[string]Span // es's Handshakes
+	end float64         // s
 }
 
 func (w waterfall) Plot(c draw.Canvas, p *plot.Plot) {
@@ -42,7 +43,7 @@ func (w waterfall) Plot(c draw.Canvas, p *plot.Plot) {
 	n := len(w.es)
 	for i, e := range w.es {
 		y0, y1 := trY(float64(n-1-i)-0.4), trY(float64(n-1-i)+0.4)
-		for _, s := range segments(e) {
+		for _, s := range segments(e, w.hs) {
 			x0, x1 := trX(s.from/1000), trX(s.to/1000)
 			if x1-x0 < 0.3 {
 				x1 = x0 + 0.3 // a phase too short to see still shows
@@ -75,7 +76,7 @@ func plotWaterfall(v View, tv TimeView, i int) (*plot.Plot, vg.Length, vg.Length
 	p.X.Label.Text = "time since navigation start (s)"
 	p.Y.Label.Text = "requests, in start order"
 	p.Y.Tick.Marker = plot.TickerFunc(func(min, max float64) []plot.Tick { return nil })
-	p.Add(waterfall{es: es, end: end / 1000})
+	p.Add(waterfall{es: es, hs: Handshakes(es), end: end / 1000})
 	p.X.Min, p.X.Max = 0, end/1000*1.4 // the right quarter is kept free for the legend
 	p.Y.Min, p.Y.Max = -0.5, float64(len(es))-0.5+float64(len(es))*0.02
 	for _, m := range []struct {
