@@ -109,19 +109,11 @@ func parseRequestHead(head []byte, h *reqHead) bool {
 		case eqFold(name, "content-length"), eqFold(name, "transfer-encoding"), eqFold(name, "expect"), eqFold(name, "upgrade"):
 			return false
 		case eqFold(name, "connection"):
-			ok := true
-			forTokens(value, func(t []byte) {
-				switch {
-				case eqFold(t, "close"):
-					h.close = true
-				case eqFold(t, "keep-alive"):
-				default:
-					ok = false
-				}
-			})
+			closes, ok := connectionTokens(value)
 			if !ok {
 				return false
 			}
+			h.close = h.close || closes
 		case eqFold(name, "te"):
 			forTokens(value, func(t []byte) {
 				if eqFold(t, "trailers") {
@@ -295,19 +287,11 @@ func parseResponseHead(head []byte, h *respHead) bool {
 			}
 			h.chunked = true
 		case eqFold(name, "connection"):
-			ok := true
-			forTokens(value, func(t []byte) {
-				switch {
-				case eqFold(t, "close"):
-					h.closeUp = true
-				case eqFold(t, "keep-alive"):
-				default:
-					ok = false
-				}
-			})
+			closes, ok := connectionTokens(value)
 			if !ok {
 				return false
 			}
+			h.closeUp = h.closeUp || closes
 		case isHopByHop(name) && !eqFold(name, "trailer"):
 			// Trailer stays: the relay passes a chunked body's trailers
 			// on as they came.
@@ -388,6 +372,24 @@ func eqFold(b []byte, s string) bool {
 		}
 	}
 	return true
+}
+
+// connectionTokens reads a Connection field value (RFC 9110 §7.6.1):
+// closes when it names close; ok is false when it names anything but
+// close and keep-alive (parseRequestHead and parseResponseHead leave such
+// a head to the standard library).
+func connectionTokens(v []byte) (closes, ok bool) {
+	ok = true
+	forTokens(v, func(t []byte) {
+		switch {
+		case eqFold(t, "close"):
+			closes = true
+		case eqFold(t, "keep-alive"):
+		default:
+			ok = false
+		}
+	})
+	return closes, ok
 }
 
 // forTokens calls f with each non-empty comma-separated element of v,
