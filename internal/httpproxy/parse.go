@@ -122,10 +122,11 @@ func parseRequestHead(head []byte, h *reqHead) bool {
 			})
 		case isHopByHop(name), eqFold(name, "forwarded"),
 			eqFold(name, "x-forwarded-for"), eqFold(name, "x-forwarded-host"), eqFold(name, "x-forwarded-proto"):
-		case eqFold(name, "pep-optimize"), eqFold(name, "pep-first"):
-			// pepd's own marks for the optimizer (optimize.MarkHeader)
-			// and for admission (cachepolicy.FirstHeader): a
-			// subscriber's are dropped, pepd decides.
+		case eqFold(name, "pep-optimize"), eqFold(name, "pep-link-rate"), eqFold(name, "pep-first"):
+			// pepd's own marks for the optimizer (optimize.MarkHeader,
+			// optimize.LinkRateHeader) and for admission
+			// (cachepolicy.FirstHeader): a subscriber's are dropped, pepd
+			// decides.
 		case eqFold(name, "range"):
 			h.rng = true
 			h.lines = append(h.lines, l)

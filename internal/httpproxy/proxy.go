@@ -36,6 +36,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -140,6 +141,7 @@ type Proxy struct {
 	opt        *optimize.Policy
 	cache      *cachepolicy.Policy
 	hints      *Hints
+	links      *linkRates // subscribers' downlink rates, for the optimizer's wait (optimize.LinkRateHeader)
 	pf         prefetcher
 	log        *slog.Logger
 	m          *Metrics
@@ -180,6 +182,7 @@ func New(o Options) (*Proxy, error) {
 		opt:       o.Optimize,
 		cache:     o.Cache,
 		hints:     o.Hints,
+		links:     newLinkRates(),
 		pf:        prefetcher{per: map[netip.Addr]int{}},
 		log:       o.Log.With("component", "httpproxy"),
 		m:         o.Metrics,
@@ -298,6 +301,7 @@ type connInfo interface {
 	originalDst() (netip.AddrPort, bool)
 	setActive()
 	takeCloseNext() bool
+	linkRate() uint64
 }
 
 type connCtxKey struct{}
@@ -448,9 +452,15 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 		p.earlyHints(ri, pr.In.ProtoMajor)
 	}
 	delete(pr.Out.Header, optimize.MarkHeader)
+	delete(pr.Out.Header, optimize.LinkRateHeader)
 	if !ri.direct.IsValid() && p.opt.Mark(pr.In.Method, ri.target.Hostname(), pr.In.Header.Get("Range") != "",
 		hasNoTransform(pr.In.Header.Values("Cache-Control"))) {
 		pr.Out.Header.Set(optimize.MarkHeader, "1")
+		if ci, _ := pr.In.Context().Value(connCtxKey{}).(connInfo); ci != nil {
+			if rate := ci.linkRate(); rate > 0 {
+				pr.Out.Header.Set(optimize.LinkRateHeader, strconv.FormatUint(rate, 10))
+			}
+		}
 	}
 }
 

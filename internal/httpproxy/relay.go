@@ -414,6 +414,11 @@ func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
 	}
 	if rc.p.opt.Mark(h.method, ri.target.Hostname(), h.rng, h.noTransform) {
 		out = append(out, optimize.MarkHeader+": 1\r\n"...)
+		if rate := rc.c.linkRate(); rate > 0 {
+			out = append(out, optimize.LinkRateHeader+": "...)
+			out = strconv.AppendUint(out, rate, 10)
+			out = append(out, "\r\n"...)
+		}
 	}
 	// The same decision as the standard library path's
 	// (Proxy.rewriteRequest); a subscriber's own Pep-First was dropped

@@ -685,9 +685,10 @@ type conn struct {
 	waiting     atomic.Bool // relay: waiting for a request, no byte of it read yet (Shutdown closes it)
 	handshaking atomic.Bool // ServeTLS: in its TLS handshake
 	closed      atomic.Bool
-	src         netip.Addr  // the subscriber's address (per-subscriber bound)
-	wdlAt       time.Time   // when the write deadline was last armed
-	timedOut    atomic.Bool // counted once
+	src         netip.Addr   // the subscriber's address (per-subscriber bound)
+	rateAt      atomic.Int64 // unix ns of the last link-rate sample (linkRate)
+	wdlAt       time.Time    // when the write deadline was last armed
+	timedOut    atomic.Bool  // counted once
 	// abortRead: the read deadline was set in the distant past, as
 	// net/http's server does to stop its background read after a handler
 	// (abortPendingRead): the read it ends is not a timeout.
@@ -768,6 +769,10 @@ func (c *conn) CloseWrite() error {
 
 func (c *conn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
+		// What the connection delivered last is a sample of the
+		// subscriber's link for its next loads (a page's document
+		// connection carries no request after the document).
+		c.s.p.links.sample(c.src, c.countConn.Conn)
 		c.s.m.openConns.Dec()
 		c.s.perSub.release(c.src)
 		<-c.s.sem

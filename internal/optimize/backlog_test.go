@@ -3,9 +3,11 @@ package optimize
 import (
 	"bytes"
 	"crypto/sha256"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -286,5 +288,88 @@ func TestServerTextBesideImages(t *testing.T) {
 	if err != nil || resp.Header.Get("Content-Encoding") != "gzip" || len(b) >= len(css) || resp.Header.Get(DeferredHeader) != "" {
 		t.Fatalf("%v %v: Content-Encoding %q, %d of %d bytes, %s %q; want it gzipped at once",
 			resp, err, resp.Header.Get("Content-Encoding"), len(b), len(css), DeferredHeader, resp.Header.Get(DeferredHeader))
+	}
+}
+
+// TestServerWait: a response's wait is Deadline unless LinkDeadline is
+// above it and the subscriber's rate is known; then the body's transfer
+// time at that rate, within [Deadline, LinkDeadline].
+func TestServerWait(t *testing.T) {
+	s := &Server{o: Options{Deadline: 100 * time.Millisecond, LinkDeadline: 2 * time.Second}}
+	for _, tc := range []struct {
+		rate uint64
+		n    int
+		want time.Duration
+	}{
+		{0, 1 << 20, 100 * time.Millisecond},         // no rate: the deadline
+		{200_000, 10_000, 100 * time.Millisecond},    // 50 ms on the link: the deadline
+		{200_000, 100_000, 500 * time.Millisecond},   // 3G, 100 kB: its transfer time
+		{200_000, 1_000_000, 2 * time.Second},        // 5 s on the link: LinkDeadline
+		{1_500_000, 100_000, 100 * time.Millisecond}, // LTE: the deadline
+		{10_000, 16_000, 1600 * time.Millisecond},    // a congested cell, a 16 kB image
+	} {
+		if got := s.wait(tc.rate, tc.n); got != tc.want {
+			t.Errorf("wait(%d B/s, %d B) = %v, want %v", tc.rate, tc.n, got, tc.want)
+		}
+	}
+	s.o.LinkDeadline = 0
+	if got := s.wait(10_000, 1<<20); got != 100*time.Millisecond {
+		t.Errorf("LinkDeadline 0: wait %v, want the deadline", got)
+	}
+}
+
+// TestServerLinkDeadline: with the transform held up past Deadline, a
+// request whose subscriber's link is slow (LinkRateHeader: the photo takes
+// seconds on it) waits and gets the WebP, one on a fast link is served the
+// original at Deadline, and without LinkDeadline the slow link's waits
+// Deadline too.
+func TestServerLinkDeadline(t *testing.T) {
+	photo := readTestdata(t, "photo.jpg")
+	handlers := map[string]http.HandlerFunc{"/photo.jpg": serveBytes(TypeJPEG, photo)}
+	deadline, hold := testenv.Scale(200*time.Millisecond), testenv.Scale(600*time.Millisecond)
+	slow := uint64(float64(len(photo)) / testenv.Scale(5*time.Second).Seconds()) // the photo takes 5 s
+	fast := uint64(len(photo)) * 100                                             // 10 ms
+	for _, tc := range []struct {
+		name         string
+		linkDeadline time.Duration
+		rate         uint64
+		wantWebP     bool
+	}{
+		{"slow link", testenv.Scale(20 * time.Second), slow, true},
+		{"fast link", testenv.Scale(20 * time.Second), fast, false},
+		{"slow link, no link_deadline", 0, slow, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := startServerWorld(t, Options{Workers: 1, Deadline: deadline, LinkDeadline: tc.linkDeadline, DeferLate: true}, handlers)
+			free := w.s.webp.occupy(1, 0) // the one worker busy for hold
+			released := make(chan struct{})
+			go func() { time.Sleep(hold); free(); close(released) }()
+			defer func() { <-released }()
+			req, _ := http.NewRequest("GET", w.base+"/photo.jpg", nil)
+			req.Header.Set(MarkHeader, "1")
+			req.Header.Set(LinkRateHeader, strconv.FormatUint(tc.rate, 10))
+			req.Header.Set("Accept", "image/avif,image/webp,image/apng,image/*,*/*;q=0.8")
+			start := time.Now()
+			resp, err := w.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			took := time.Since(start)
+			gotWebP := resp.Header.Get("Content-Type") == TypeWebP
+			if gotWebP != tc.wantWebP {
+				t.Fatalf("%s after %v (%s %q), want WebP %v", resp.Header.Get("Content-Type"), took, DeferredHeader, resp.Header.Get(DeferredHeader), tc.wantWebP)
+			}
+			if tc.wantWebP && took < hold {
+				t.Errorf("the WebP after %v, before the worker was free (%v)", took, hold)
+			}
+			if !tc.wantWebP && (took < deadline || took >= hold) {
+				t.Errorf("the original after %v, want at the deadline %v", took, deadline)
+			}
+			if got, want := testutil.ToFloat64(w.m.linkWaits), map[bool]float64{true: 1}[tc.wantWebP]; got != want {
+				t.Errorf("link_waits_total = %v, want %v", got, want)
+			}
+		})
 	}
 }

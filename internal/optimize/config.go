@@ -62,6 +62,13 @@ type Config struct {
 	// and not stored, and the transform finishes for the next miss.
 	// Default DefaultDeadline (100ms).
 	Deadline time.Duration `yaml:"deadline"`
+	// LinkDeadline, when above Deadline, lets a response wait longer on a
+	// slow link: with the subscriber's downlink rate known (pepd's
+	// estimate, LinkRateHeader), a response waits for its transform up to
+	// the original body's transfer time at that rate, at least Deadline
+	// and at most LinkDeadline (Options.LinkDeadline). 0: Deadline alone.
+	// Default 0.
+	LinkDeadline time.Duration `yaml:"link_deadline"`
 	// DeferEarly serves a response untransformed at once, without waiting
 	// for the deadline, when the work queued ahead of its transform
 	// predicts that it would finish after the deadline (reason "backlog");
@@ -119,6 +126,7 @@ func (c Config) Validate() error {
 		field.Check(c.Workers < 0 || c.Queue < 0, "workers", "workers and queue must not be negative"),
 		field.Check(c.QueueBytes < c.MaxBodyBytes, "queue_bytes", "%d is below max_body_bytes (%d): the largest body could never queue", c.QueueBytes, c.MaxBodyBytes),
 		field.Check(c.Deadline < 0, "deadline", "%v must not be negative", c.Deadline),
+		field.Check(c.LinkDeadline < 0, "link_deadline", "%v must not be negative", c.LinkDeadline),
 		field.Check(c.Order != "urgency" && c.Order != "arrival", "order", "%q: want urgency or arrival", c.Order),
 		field.Check(c.ResultBytes < 0, "result_bytes", "%d must not be negative", c.ResultBytes),
 		field.Check(c.AVIF && c.SSIMTarget == 0, "avif", "needs optimize.ssim_target above 0 (AVIF is chosen by the SSIM target)"),
@@ -135,14 +143,14 @@ func (c Config) Validate() error {
 }
 
 // Options returns the Options of New that c sets (the image transform,
-// the body bound, the workers, queue, deadline, result store and AVIF); the
+// the body bound, the workers, queue, deadlines, result store and AVIF); the
 // caller adds Lookup, Control, UpstreamTimeout, Metrics and Log.
 func (c Config) Options() Options {
 	return Options{
 		Image: ImageOptions{Target: c.SSIMTarget, TileFloor: c.SSIMTileFloor, Quality: c.Quality,
 			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
 		BrotliQuality: c.BrotliQuality,
-		MaxBodyBytes:  int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline,
+		MaxBodyBytes:  int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline, LinkDeadline: c.LinkDeadline,
 		DeferLate: !c.DeferEarly, ByArrival: c.Order == "arrival", ResultBytes: int64(c.ResultBytes),
 		AVIF: AVIFOptions{Enabled: c.AVIF, Workers: c.AVIFWorkers, Queue: c.AVIFQueue},
 	}

@@ -21,6 +21,7 @@ type Metrics struct {
 	avifDepth  prometheus.Gauge
 	backlog    *prometheus.GaugeVec // transform
 	busy       prometheus.Gauge
+	linkWaits  prometheus.Counter
 }
 
 // NewMetrics registers the optimizer's series with reg:
@@ -35,6 +36,7 @@ type Metrics struct {
 //	pep_optimize_avif_total{outcome}                     image requests that accept AVIF, by outcome (AVIFServed, AVIFLarger, AVIFPending, AVIFOverload)
 //	pep_optimize_avif_queue_depth                        AVIF searches waiting for an AVIF worker
 //	pep_optimize_running                                 transforms running on a worker (WebP, text and AVIF; with the queue depths 0: the optimizer is idle)
+//	pep_optimize_link_waits_total                        responses allowed a wait above optimize.deadline by their subscriber's link rate (Options.LinkDeadline)
 //	pep_optimize_backlog_seconds{transform}              estimated work of the WebP (webp) or text (gzip: gzip and brotli) transforms waiting and running, seconds (what SkipBacklog predicts from)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
@@ -61,8 +63,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Transforms running on a worker (WebP, text and AVIF), for a response or for the next miss."}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "backlog_seconds",
 			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by pool (webp; gzip: the text transforms, gzip and brotli)."}, []string{"transform"}),
+		linkWaits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "link_waits_total",
+			Help: "Responses allowed to wait for their transform longer than optimize.deadline, by their subscriber's downlink rate (optimize.link_deadline): the original takes longer than the deadline on that link."}),
 	}
-	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog, m.busy} {
+	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog, m.busy, m.linkWaits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -113,6 +117,13 @@ func (m *Metrics) backlogSeconds(transform string) func(float64) {
 func (m *Metrics) avifQueueDepth(d float64) {
 	if m != nil {
 		m.avifDepth.Add(d)
+	}
+}
+
+// linkWait records a response whose wait its subscriber's link lengthened.
+func (m *Metrics) linkWait() {
+	if m != nil {
+		m.linkWaits.Inc()
 	}
 }
 

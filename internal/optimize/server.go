@@ -34,6 +34,16 @@ import (
 // switching the optimizer off serves originals at once.
 const MarkHeader = "Pep-Optimize"
 
+// LinkRateHeader carries, on a request pepd marked (MarkHeader), the
+// subscriber's downlink rate as pepd estimates it from its connections'
+// TCP delivery rates: decimal bytes per second. With
+// Options.LinkDeadline set, the response waits for its transform up to the
+// original body's transfer time at that rate (Server.wait). It is not in
+// Vary: it changes how long a response may wait, never which variant it
+// is. The optimizer removes it before the origin; pepd drops a
+// subscriber's own.
+const LinkRateHeader = "Pep-Link-Rate"
+
 // TransformHeader names the transform a response went through ("webp",
 // "avif", "jpeg", "gzip", "br"); the optimizer sets it and Squid stores
 // it with the variant, so that pepd can count cache hits on transformed
@@ -101,6 +111,16 @@ type Options struct {
 	// DeferredHeader) and the transform finishes behind it: a transform
 	// never delays a response by more than Deadline.
 	Deadline time.Duration
+	// LinkDeadline, when above Deadline, sizes a response's wait by its
+	// subscriber's link (LinkRateHeader, bytes/s, set by pepd): the
+	// original body's transfer time at that rate, at least Deadline and at
+	// most LinkDeadline (Server.wait). On a 3G link (about 200 kB/s) a
+	// 20 kB image waits Deadline and a 200 kB one a second; on LTE
+	// (1.5 MB/s) nearly every response waits Deadline. Waiting pays where
+	// the bytes a transform saves take longer to send than the transform
+	// takes (testbed/README.md, "The deadline on 3G and on LTE"). Zero, or
+	// no rate on the request: Deadline.
+	LinkDeadline time.Duration
 	// DeferLate turns the backlog's prediction off: every response waits
 	// up to Deadline for its transform, as before session 14. By default
 	// (false) a response whose transform the backlog predicts to finish
@@ -290,7 +310,8 @@ type ctxKey struct{}
 
 // reqState is what rewrite learns of a request for modify.
 type reqState struct {
-	marked bool // MarkHeader was set: transforms allowed
+	marked   bool   // MarkHeader was set: transforms allowed
+	linkRate uint64 // LinkRateHeader, bytes/s; 0: not given
 	// revalidated is the transform named by If-None-Match's tags (they
 	// were ours, mapped back to the origin's): a 304 maps its ETag again.
 	revalidated string
@@ -303,7 +324,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := &reqState{marked: r.Header.Get(MarkHeader) != ""}
+	if st.marked {
+		st.linkRate, _ = strconv.ParseUint(r.Header.Get(LinkRateHeader), 10, 64) // 0 when absent or malformed: Deadline
+	}
 	r.Header.Del(MarkHeader)
+	r.Header.Del(LinkRateHeader)
 	if inm := r.Header.Get("If-None-Match"); strings.Contains(inm, etagSuffix) {
 		r.Header.Set("If-None-Match", originTags(inm, &st.revalidated))
 	}
@@ -480,7 +505,7 @@ func (s *Server) modify(resp *http.Response) error {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	avif := kind == "image" && s.o.AVIF.Enabled && accepts(req.Header.Values("Accept"), TypeAVIF)
-	out, ctype, t, skip, pending := s.transform(t, body, enc, avif, Urgency(req.Header.Values("Priority")))
+	out, ctype, t, skip, pending := s.transform(t, body, enc, avif, Urgency(req.Header.Values("Priority")), s.wait(st.linkRate, len(body)))
 	if pending {
 		// The AVIF is being encoded: Squid must not store what is served
 		// now, or later requests with this Accept would never get it.
@@ -528,10 +553,27 @@ type transformResult struct {
 	skip  string
 }
 
+// wait is how long a response whose origin body is n bytes may wait for
+// its transform: Options.Deadline, or with Options.LinkDeadline above it
+// and the subscriber's downlink rate known (rate, bytes/s), the body's
+// transfer time at that rate within [Deadline, LinkDeadline].
+func (s *Server) wait(rate uint64, n int) time.Duration {
+	d := s.o.Deadline
+	if rate == 0 || s.o.LinkDeadline <= d {
+		return d
+	}
+	t := time.Duration(float64(n) / float64(rate) * float64(time.Second))
+	if t <= d {
+		return d
+	}
+	s.o.Metrics.linkWait()
+	return min(t, s.o.LinkDeadline)
+}
+
 // transform runs the transform t on body, whose content coding is enc
 // ("webp" on an image in the webp pool; "gzip" or "br" on text, Text, in
 // the text pool; urgency orders it there, Urgency), or
-// takes its result from an earlier run (results). It waits at most Options.Deadline, for a
+// takes its result from an earlier run (results). It waits at most wait (Server.wait), for a
 // worker and the transform together; past it, it returns SkipDeferred
 // and the transform goes on behind the response, its result kept for the
 // next miss of the same bytes. When the backlog predicts that the
@@ -548,8 +590,8 @@ type transformResult struct {
 // starts too (avifFor) and is waited for until the same deadline: t is
 // "avif" when the AVIF is smaller; pending is true when it has not
 // finished (the WebP or the original is returned, not to be stored).
-func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency int) (out []byte, ctype, _, skip string, pending bool) {
-	deadline := time.Now().Add(s.o.Deadline)
+func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency int, wait time.Duration) (out []byte, ctype, _, skip string, pending bool) {
+	deadline := time.Now().Add(wait)
 	kind, pool := "text", s.text
 	if t == "webp" {
 		kind, pool = "image", s.webp
@@ -568,7 +610,7 @@ func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency
 		}
 		work, known := pool.backlog.estimate(format, units)
 		rank := pool.rank(urgency)
-		late := !s.o.DeferLate && known && pool.backlog.finish(rank, work) > s.o.Deadline
+		late := !s.o.DeferLate && known && pool.backlog.finish(rank, work) > wait
 		if late {
 			// No response waits for it: behind every transform one does.
 			urgency, rank = nextMiss, nextMiss
