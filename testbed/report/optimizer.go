@@ -14,6 +14,9 @@ type OptRow struct {
 	Mode        string
 	Loads       int
 	Transformed int
+	// LinkWaits are the responses allowed a longer wait by their link
+	// (Record.OptLinkWaits).
+	LinkWaits int
 	// Skipped are the untransformed responses by reason.
 	Skipped map[string]int
 }
@@ -32,6 +35,7 @@ func OptRows(v View, r *Results) []OptRow {
 			}
 			row.Loads++
 			row.Transformed += rec.OptTransformed
+			row.LinkWaits += rec.OptLinkWaits
 			for k, n := range rec.OptSkipped {
 				row.Skipped[k] += n
 			}
@@ -60,16 +64,26 @@ func writeOptimizer(b *bytes.Buffer, v View, r *Results) {
 		}
 	}
 	cols := slices.Sorted(maps.Keys(reasons))
+	waits := slices.ContainsFunc(rows, func(x OptRow) bool { return x.LinkWaits > 0 })
 	b.WriteString("### The optimizer's outcomes (pepd's counters)\n\n")
 	b.WriteString("pep_optimize_transforms_total and pep_optimize_skipped_total{reason}, read before and after each load, " +
 		"summed over the mode's loads: transformed bodies served to Squid (images and text, fresh or reused) " +
 		"and responses passed untransformed by reason. deferred: the transform missed optimize.deadline and went on for the next miss; " +
 		"backlog: the work queued ahead predicted it past the deadline, so the response did not wait (optimize.defer_early), and it was queued for the next miss; " +
-		"overload: the transform queue was full and nothing ran.\n\n")
-	fmt.Fprintf(b, "| mode | loads | transformed | %s |\n", strings.Join(cols, " | "))
-	fmt.Fprintf(b, "|---|---:|---:|%s\n", strings.Repeat("---:|", len(cols)))
+		"overload: the transform queue was full and nothing ran.")
+	head, sep := "", ""
+	if waits {
+		b.WriteString(" Link waits (pep_optimize_link_waits_total): responses allowed to wait longer than optimize.deadline, up to their original's transfer time on the subscriber's link (optimize.link_deadline).")
+		head, sep = " link waits |", "---:|"
+	}
+	b.WriteString("\n\n")
+	fmt.Fprintf(b, "| mode | loads | transformed |%s %s |\n", head, strings.Join(cols, " | "))
+	fmt.Fprintf(b, "|---|---:|---:|%s%s\n", sep, strings.Repeat("---:|", len(cols)))
 	for _, x := range rows {
 		fmt.Fprintf(b, "| %s | %d | %d |", x.Mode, x.Loads, x.Transformed)
+		if waits {
+			fmt.Fprintf(b, " %d |", x.LinkWaits)
+		}
 		for _, c := range cols {
 			fmt.Fprintf(b, " %d |", x.Skipped[c])
 		}

@@ -10,7 +10,8 @@ import (
 // two +opt modes with pepd's counters credited per load: the section has
 // a row per +opt mode with the sums over its loads, a column per reason
 // any mode saw (0 where a mode saw none), and nothing for the mode
-// without counters; results without counters have no section at all.
+// without counters; a link-waits column once a load has link waits;
+// results without counters have no section at all.
 func TestOptimizerSection(t *testing.T) {
 	r := synthetic()
 	r.Config.Modes = []string{"url", "url+opt", "url-https-k1+opt"}
@@ -51,6 +52,25 @@ func TestOptimizerSection(t *testing.T) {
 	}
 	if strings.Contains(sec, "| url | ") {
 		t.Errorf("a row for the mode without the optimizer:\n%s", sec)
+	}
+	// Link waits (optimize.link_deadline) get a column once a load has one.
+	for i := range recs {
+		if recs[i].Mode == "url-https-k1+opt" {
+			recs[i].OptLinkWaits = 3
+		}
+	}
+	md, err = Generate(r, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		"| mode | loads | transformed | link waits | deferred | not smaller | overload |",
+		"| url+opt | 2 | 80 | 0 | 4 | 10 | 0 |",
+		"| url-https-k1+opt | 2 | 20 | 6 | 40 | 0 | 30 |",
+	} {
+		if !bytes.Contains(md, []byte(s)) {
+			t.Errorf("with link waits, the optimizer section lacks %q", s)
+		}
 	}
 	r.Records = recs[:1]
 	if md, err := Generate(r, t.TempDir()); err != nil || bytes.Contains(md, []byte("The optimizer's outcomes")) {

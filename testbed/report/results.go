@@ -122,6 +122,10 @@ type Record struct {
 	// full, "not smaller", "encoded", ...).
 	OptTransformed int            `json:"opt_transformed,omitempty"`
 	OptSkipped     map[string]int `json:"opt_skipped,omitempty"`
+	// OptLinkWaits is the responses the optimizer let wait longer than
+	// optimize.deadline because their subscriber's link is slow
+	// (pep_optimize_link_waits_total; optimize.link_deadline).
+	OptLinkWaits int `json:"opt_link_waits,omitempty"`
 }
 
 // ProfileInfo is what the report needs of a link profile.

@@ -20,6 +20,7 @@ import (
 type optCounts struct {
 	transformed float64
 	skipped     map[string]float64
+	linkWaits   float64 // pep_optimize_link_waits_total
 }
 
 // optCounts reads pepd's optimizer counters from its /metrics.
@@ -39,16 +40,20 @@ func parseOptCounts(m string) (optCounts, error) {
 		}
 		name, v := l[:i], l[i+1:]
 		reason, isSkip := strings.CutPrefix(name, `pep_optimize_skipped_total{reason="`)
-		if !isSkip && !strings.HasPrefix(name, "pep_optimize_transforms_total{") {
+		isWait := name == "pep_optimize_link_waits_total"
+		if !isSkip && !isWait && !strings.HasPrefix(name, "pep_optimize_transforms_total{") {
 			continue
 		}
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
 			return optCounts{}, fmt.Errorf("run: pepd's metrics: %s %q: %w", name, v, err)
 		}
-		if isSkip {
+		switch {
+		case isSkip:
 			c.skipped[strings.TrimSuffix(reason, `"}`)] += f
-		} else {
+		case isWait:
+			c.linkWaits = f
+		default:
 			c.transformed += f
 		}
 	}
@@ -60,6 +65,7 @@ func parseOptCounts(m string) (optCounts, error) {
 // answers Squid, so within the load).
 func creditOpt(r *report.Record, before, after optCounts) {
 	r.OptTransformed += int(after.transformed - before.transformed)
+	r.OptLinkWaits += int(after.linkWaits - before.linkWaits)
 	for reason, n := range after.skipped {
 		if d := int(n - before.skipped[reason]); d > 0 {
 			if r.OptSkipped == nil {

@@ -30,12 +30,15 @@ func TestOptCounts(t *testing.T) {
 	if _, err := parseOptCounts(`pep_optimize_skipped_total{reason="deferred"} many`); err == nil || !strings.Contains(err.Error(), "deferred") {
 		t.Errorf("a value that is not a number: %v", err)
 	}
+	if c.linkWaits != 0 {
+		t.Errorf("link waits %v before pepd had the counter, want 0", c.linkWaits)
+	}
 	next, _ := parseOptCounts(strings.NewReplacer(`"deferred"} 31`, `"deferred"} 40`, `image/png"} 77`, `image/png"} 80`,
-		`pep_optimize_skipped_total{reason="animated"} 5`+"\n", "").Replace(string(b)))
+		`pep_optimize_skipped_total{reason="animated"} 5`+"\n", "").Replace(string(b)) + "pep_optimize_link_waits_total 4\n")
 	var r report.Record
 	creditOpt(&r, c, next)
-	if r.OptTransformed != 3 || !maps.Equal(r.OptSkipped, map[string]int{"deferred": 9}) {
-		t.Errorf("credited %d, %v; want 3, deferred 9", r.OptTransformed, r.OptSkipped)
+	if r.OptTransformed != 3 || !maps.Equal(r.OptSkipped, map[string]int{"deferred": 9}) || r.OptLinkWaits != 4 {
+		t.Errorf("credited %d, %v, link waits %d; want 3, deferred 9, 4", r.OptTransformed, r.OptSkipped, r.OptLinkWaits)
 	}
 }
 
