@@ -24,9 +24,9 @@ const LinkRateWindow = time.Minute
 const LinkRateMinBytes = 32 << 10
 
 // linkRateMaxSubscribers bounds the subscribers whose estimates are kept;
-// past it, estimates older than LinkRateWindow are dropped, and then the
-// new subscriber is not kept. An estimate is a few words: 65,536 of them
-// are about 4 MB.
+// past it, estimates older than LinkRateWindow are dropped (a sweep at
+// most every quarter window), and when none is, the new subscriber is not
+// kept. An estimate is a few words: 65,536 of them are about 4 MB.
 const linkRateMaxSubscribers = 1 << 16
 
 // linkRates estimates each subscriber's downlink rate, in bytes per
@@ -39,9 +39,10 @@ const linkRateMaxSubscribers = 1 << 16
 // sizes its wait for a transform by it (optimize.Options.LinkDeadline).
 // Safe for concurrent use.
 type linkRates struct {
-	mu  sync.Mutex
-	m   map[netip.Addr]linkRate
-	now func() time.Time
+	mu       sync.Mutex
+	m        map[netip.Addr]linkRate
+	fullTill time.Time // a sweep of m freed nothing: no new subscriber is kept before this
+	now      func() time.Time
 }
 
 type linkRate struct {
@@ -67,12 +68,16 @@ func (l *linkRates) add(sub netip.Addr, rate uint64) {
 		return
 	}
 	if !ok && len(l.m) >= linkRateMaxSubscribers {
+		if now.Before(l.fullTill) {
+			return
+		}
 		for a, e := range l.m {
 			if now.Sub(e.at) >= LinkRateWindow {
 				delete(l.m, a)
 			}
 		}
 		if len(l.m) >= linkRateMaxSubscribers {
+			l.fullTill = now.Add(LinkRateWindow / 4) // one sweep per quarter window at most
 			return
 		}
 	}

@@ -53,6 +53,28 @@ func TestLinkRatesWindow(t *testing.T) {
 	}
 }
 
+// TestLinkRatesBound: at linkRateMaxSubscribers estimates a new
+// subscriber is not kept while every estimate is recent, and is once the
+// old ones can be dropped.
+func TestLinkRatesBound(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newLinkRates()
+	l.now = func() time.Time { return now }
+	for i := range linkRateMaxSubscribers {
+		l.add(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 1000)
+	}
+	late := netip.MustParseAddr("100.64.9.9")
+	l.add(late, 5000)
+	if got := l.get(late); got != 0 || len(l.m) != linkRateMaxSubscribers {
+		t.Fatalf("full of recent estimates: the new one kept (%d), %d estimates", got, len(l.m))
+	}
+	now = now.Add(LinkRateWindow)
+	l.add(late, 5000)
+	if got := l.get(late); got != 5000 || len(l.m) != 1 {
+		t.Errorf("after a window: the new one %d (want 5000), %d estimates (want 1: the old dropped)", got, len(l.m))
+	}
+}
+
 // TestLinkRateSample reads the kernel's delivery rate of a real loopback
 // connection whose subscriber takes 8 KiB every 32 ms through a 16 KiB
 // receive buffer (256 kB/s: a slow link as the sender sees it, its data
