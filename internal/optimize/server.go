@@ -109,7 +109,8 @@ type Options struct {
 	// worker and the transform together (zero: DefaultDeadline). Past it
 	// the response goes untransformed and unstored (SkipDeferred,
 	// DeferredHeader) and the transform finishes behind it: a transform
-	// never delays a response by more than Deadline.
+	// never delays a response by more than Deadline (on a slow link, with
+	// LinkDeadline, more than the wait Server.wait gives it).
 	Deadline time.Duration
 	// LinkDeadline, when above Deadline, sizes a response's wait by its
 	// subscriber's link (LinkRateHeader, bytes/s, set by pepd): the
