@@ -1,8 +1,10 @@
 package httpproxy
 
 import (
+	"hash/maphash"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -39,6 +41,7 @@ const linkRateMaxSubscribers = 1 << 16
 // sizes its wait for a transform by it (optimize.Options.LinkDeadline).
 // Safe for concurrent use.
 type linkRates struct {
+	seed     maphash.Seed // of the subscribers' tokens (header)
 	mu       sync.Mutex
 	m        map[netip.Addr]linkRate
 	fullTill time.Time // a sweep of m freed nothing: no new subscriber is kept before this
@@ -51,7 +54,7 @@ type linkRate struct {
 }
 
 func newLinkRates() *linkRates {
-	return &linkRates{m: make(map[netip.Addr]linkRate), now: time.Now}
+	return &linkRates{seed: maphash.MakeSeed(), m: make(map[netip.Addr]linkRate), now: time.Now}
 }
 
 // add records a delivery-rate sample (bytes/s) of one of sub's
@@ -125,18 +128,31 @@ func (l *linkRates) sample(sub netip.Addr, c net.Conn) {
 	}
 }
 
+// appendHeader appends optimize.LinkRateHeader's value for sub, whose
+// estimate is rate (bytes/s, not 0): the rate, a space and sub's token, a
+// hash of its address with this process's seed (the optimizer tells one
+// subscriber's responses from another's by it, and learns no address).
+func (l *linkRates) appendHeader(dst []byte, sub netip.Addr, rate uint64) []byte {
+	dst = strconv.AppendUint(dst, rate, 10)
+	dst = append(dst, ' ')
+	return strconv.AppendUint(dst, maphash.Comparable(l.seed, sub), 16)
+}
+
 // linkRateEvery is the least time between two samples of one connection
 // at its requests (a system call each).
 const linkRateEvery = 100 * time.Millisecond
 
-// linkRate samples c's delivery rate (at most every linkRateEvery) and
-// returns its subscriber's downlink rate estimate in bytes/s, 0 when
-// there is none yet (connInfo).
-func (c *conn) linkRate() uint64 {
+// appendLinkRate samples c's delivery rate (at most every linkRateEvery)
+// and appends optimize.LinkRateHeader's value for its subscriber to dst;
+// dst as it was when there is no estimate yet (connInfo).
+func (c *conn) appendLinkRate(dst []byte) []byte {
 	links := c.s.p.links
 	now := time.Now().UnixNano()
 	if last := c.rateAt.Load(); now-last >= int64(linkRateEvery) && c.rateAt.CompareAndSwap(last, now) {
 		links.sample(c.src, c.countConn.Conn)
 	}
-	return links.get(c.src)
+	if rate := links.get(c.src); rate > 0 {
+		return links.appendHeader(dst, c.src, rate)
+	}
+	return dst
 }

@@ -79,7 +79,8 @@ func TestLinkRatesBound(t *testing.T) {
 // connection whose subscriber takes 8 KiB every 32 ms through a 16 KiB
 // receive buffer (256 kB/s: a slow link as the sender sees it, its data
 // delivered as fast as the far end drains it): no sample before
-// LinkRateMinBytes are delivered, then an estimate near that rate.
+// LinkRateMinBytes are delivered, then an estimate of that rate's order
+// (loopback alone gives gigabytes per second).
 func TestLinkRateSample(t *testing.T) {
 	const chunk, every = 8 << 10, 32 * time.Millisecond
 	const rate = uint64(chunk * int(time.Second/every)) // 256,000 bytes/s
@@ -140,8 +141,11 @@ func TestLinkRateSample(t *testing.T) {
 	rates.sample(sub, c)
 	got := rates.get(sub)
 	t.Logf("384 KiB in %v; delivery rate %d bytes/s (read at %d)", time.Since(start).Round(time.Millisecond), got, rate)
-	if got < rate/2 || got > rate*2 {
-		t.Errorf("estimate %d bytes/s, want about the read rate %d", got, rate)
+	// The sender is held back by the receive window, so its data leaves in
+	// bursts as the window opens, and one sample may be a few times the
+	// mean rate; unpaced, loopback delivers at gigabytes per second.
+	if got < rate/3 || got > rate*4 {
+		t.Errorf("estimate %d bytes/s, want the read rate %d within a factor of 3-4", got, rate)
 	}
 }
 
@@ -163,9 +167,24 @@ func TestLinkRateBothPaths(t *testing.T) {
 	p := startPepd(t, pepdOpts{squid: up.addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.Off,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80}, optimize: pol})
 	stdlib := "Expect: 100-continue\r\nContent-Length: 0\r\n" // the relay leaves such a GET to the standard library
-	squidGot := func() (rate uint64, marked bool) {
+	tokens := map[string]string{}                             // subscriber -> token
+	squidGot := func(t *testing.T) (rate uint64, marked bool) {
+		t.Helper()
 		r, _ := up.last()
-		rate, _ = strconv.ParseUint(r.Header.Get(optimize.LinkRateHeader), 10, 64)
+		v := r.Header.Get(optimize.LinkRateHeader)
+		if v == "" {
+			return 0, r.Header.Get(optimize.MarkHeader) != ""
+		}
+		rs, token, ok := strings.Cut(v, " ")
+		rate, err := strconv.ParseUint(rs, 10, 64)
+		if !ok || err != nil || token == "" || strings.Contains(token, "127.") {
+			t.Errorf("%s: %q, want a rate, a space and a token", optimize.LinkRateHeader, v)
+		}
+		src := t.Name() // one subscriber per subtest
+		if prev, seen := tokens[src]; seen && prev != token {
+			t.Errorf("one subscriber: token %q, then %q", prev, token)
+		}
+		tokens[src] = token
 		return rate, r.Header.Get(optimize.MarkHeader) != ""
 	}
 	for _, path := range []struct{ name, extra string }{{"relay", ""}, {"standard library", stdlib}} {
@@ -195,19 +214,24 @@ func TestLinkRateBothPaths(t *testing.T) {
 				resp.Body.Close()
 			}
 			get("big.js", "Pep-Link-Rate: 1\r\n")
-			if rate, marked := squidGot(); rate != 0 || !marked {
+			if rate, marked := squidGot(t); rate != 0 || !marked {
 				t.Errorf("first request: Squid got rate %d, marked %v; want no rate (none measured, the subscriber's dropped), marked", rate, marked)
 			}
 			time.Sleep(linkRateEvery + testenv.Scale(50*time.Millisecond)) // the big response is delivered and acknowledged
 			get("a.png", "")
-			rate, marked := squidGot()
+			rate, marked := squidGot(t)
 			if rate == 0 || !marked {
 				t.Errorf("after 256 KiB delivered: Squid got rate %d, marked %v; want a rate", rate, marked)
 			}
+			get("c.png", "")
+			squidGot(t)                          // the same token
 			get("b.png", "Range: bytes=0-9\r\n") // not marked (Range): no rate either
-			if rate, marked := squidGot(); rate != 0 || marked {
+			if rate, marked := squidGot(t); rate != 0 || marked {
 				t.Errorf("a Range request: rate %d, marked %v; want neither", rate, marked)
 			}
 		})
+	}
+	if len(tokens) != 2 || tokens["TestLinkRateBothPaths/relay"] == tokens["TestLinkRateBothPaths/standard_library"] {
+		t.Errorf("tokens %v, want one for each of the two subscribers, apart", tokens)
 	}
 }

@@ -36,7 +36,6 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -301,7 +300,7 @@ type connInfo interface {
 	originalDst() (netip.AddrPort, bool)
 	setActive()
 	takeCloseNext() bool
-	linkRate() uint64
+	appendLinkRate(dst []byte) []byte
 }
 
 type connCtxKey struct{}
@@ -457,8 +456,8 @@ func (p *Proxy) rewriteRequest(pr *httputil.ProxyRequest) {
 		hasNoTransform(pr.In.Header.Values("Cache-Control"))) {
 		pr.Out.Header.Set(optimize.MarkHeader, "1")
 		if ci, _ := pr.In.Context().Value(connCtxKey{}).(connInfo); ci != nil {
-			if rate := ci.linkRate(); rate > 0 {
-				pr.Out.Header.Set(optimize.LinkRateHeader, strconv.FormatUint(rate, 10))
+			if v := ci.appendLinkRate(nil); len(v) > 0 {
+				pr.Out.Header.Set(optimize.LinkRateHeader, string(v))
 			}
 		}
 	}

@@ -414,10 +414,12 @@ func (rc *relayConn) requestHead(raw []byte, ri *reqInfo) []byte {
 	}
 	if rc.p.opt.Mark(h.method, ri.target.Hostname(), h.rng, h.noTransform) {
 		out = append(out, optimize.MarkHeader+": 1\r\n"...)
-		if rate := rc.c.linkRate(); rate > 0 {
-			out = append(out, optimize.LinkRateHeader+": "...)
-			out = strconv.AppendUint(out, rate, 10)
-			out = append(out, "\r\n"...)
+		head := len(out)
+		out = append(out, optimize.LinkRateHeader+": "...)
+		if v := rc.c.appendLinkRate(out); len(v) > len(out) {
+			out = append(v, "\r\n"...)
+		} else {
+			out = out[:head] // no estimate yet
 		}
 	}
 	// The same decision as the standard library path's

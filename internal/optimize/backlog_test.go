@@ -292,10 +292,12 @@ func TestServerTextBesideImages(t *testing.T) {
 }
 
 // TestServerWait: a response's wait is Deadline unless LinkDeadline is
-// above it and the subscriber's rate is known; then the body's transfer
-// time at that rate, within [Deadline, LinkDeadline].
+// above it and the subscriber's rate is known; then the time its link
+// needs for the subscriber's responses waiting and this one, within
+// [Deadline, LinkDeadline]; another subscriber's do not count, and a
+// response that left counts no more.
 func TestServerWait(t *testing.T) {
-	s := &Server{o: Options{Deadline: 100 * time.Millisecond, LinkDeadline: 2 * time.Second}}
+	s := &Server{o: Options{Deadline: 100 * time.Millisecond, LinkDeadline: 2 * time.Second}, links: map[string]int64{}}
 	for _, tc := range []struct {
 		rate uint64
 		n    int
@@ -308,19 +310,43 @@ func TestServerWait(t *testing.T) {
 		{1_500_000, 100_000, 100 * time.Millisecond}, // LTE: the deadline
 		{10_000, 16_000, 1600 * time.Millisecond},    // a congested cell, a 16 kB image
 	} {
-		if got := s.wait(tc.rate, tc.n); got != tc.want {
+		got, leave := s.wait(tc.rate, "a", tc.n)
+		leave()
+		if got != tc.want {
 			t.Errorf("wait(%d B/s, %d B) = %v, want %v", tc.rate, tc.n, got, tc.want)
 		}
 	}
+	// A page's images at once: each waits for the link to carry those
+	// before it and itself.
+	var leaves []func()
+	for i, want := range []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond} {
+		got, leave := s.wait(200_000, "a", 10_000)
+		leaves = append(leaves, leave)
+		if got != want {
+			t.Errorf("image %d of subscriber a: wait %v, want %v", i+1, got, want)
+		}
+	}
+	if got, leave := s.wait(200_000, "b", 10_000); got != 100*time.Millisecond {
+		t.Errorf("subscriber b beside a's 4 images: wait %v, want the deadline", got)
+	} else {
+		leave()
+	}
+	for _, leave := range leaves {
+		leave()
+	}
+	if len(s.links) != 0 {
+		t.Errorf("after every response left: %v, want nothing waiting", s.links)
+	}
 	s.o.LinkDeadline = 0
-	if got := s.wait(10_000, 1<<20); got != 100*time.Millisecond {
+	if got, _ := s.wait(10_000, "a", 1<<20); got != 100*time.Millisecond {
 		t.Errorf("LinkDeadline 0: wait %v, want the deadline", got)
 	}
 }
 
 // TestServerLinkDeadline: with the transform held up past Deadline, a
 // request whose subscriber's link is slow (LinkRateHeader: the photo takes
-// seconds on it) waits and gets the WebP, one on a fast link is served the
+// seconds on it) waits and gets the WebP (and counts as waiting no more
+// once served), one on a fast link is served the
 // original at Deadline, and without LinkDeadline the slow link's waits
 // Deadline too.
 func TestServerLinkDeadline(t *testing.T) {
@@ -347,7 +373,7 @@ func TestServerLinkDeadline(t *testing.T) {
 			defer func() { <-released }()
 			req, _ := http.NewRequest("GET", w.base+"/photo.jpg", nil)
 			req.Header.Set(MarkHeader, "1")
-			req.Header.Set(LinkRateHeader, strconv.FormatUint(tc.rate, 10))
+			req.Header.Set(LinkRateHeader, strconv.FormatUint(tc.rate, 10)+" 9f86d081884c7d65")
 			req.Header.Set("Accept", "image/avif,image/webp,image/apng,image/*,*/*;q=0.8")
 			start := time.Now()
 			resp, err := w.client.Do(req)
@@ -370,6 +396,11 @@ func TestServerLinkDeadline(t *testing.T) {
 			if got, want := testutil.ToFloat64(w.m.linkWaits), map[bool]float64{true: 1}[tc.wantWebP]; got != want {
 				t.Errorf("link_waits_total = %v, want %v", got, want)
 			}
+			w.s.linksMu.Lock()
+			if len(w.s.links) != 0 {
+				t.Errorf("served, yet waiting: %v", w.s.links)
+			}
+			w.s.linksMu.Unlock()
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -36,12 +37,14 @@ const MarkHeader = "Pep-Optimize"
 
 // LinkRateHeader carries, on a request pepd marked (MarkHeader), the
 // subscriber's downlink rate as pepd estimates it from its connections'
-// TCP delivery rates: decimal bytes per second. With
-// Options.LinkDeadline set, the response waits for its transform up to the
-// original body's transfer time at that rate (Server.wait). It is not in
-// Vary: it changes how long a response may wait, never which variant it
-// is. The optimizer removes it before the origin; pepd drops a
-// subscriber's own.
+// TCP delivery rates, in decimal bytes per second, then a space and an
+// opaque token that names the subscriber (the same for all its requests,
+// not its address): "200000 9f86d081884c7d65". With Options.LinkDeadline
+// set, a response waits for its transform as long as the link needs to
+// carry it and the subscriber's other responses waiting before it
+// (Server.wait). It is not in Vary: it changes how long a response may
+// wait, never which variant it is. The optimizer removes it before the
+// origin; pepd drops a subscriber's own.
 const LinkRateHeader = "Pep-Link-Rate"
 
 // TransformHeader names the transform a response went through ("webp",
@@ -113,14 +116,16 @@ type Options struct {
 	// LinkDeadline, more than the wait Server.wait gives it).
 	Deadline time.Duration
 	// LinkDeadline, when above Deadline, sizes a response's wait by its
-	// subscriber's link (LinkRateHeader, bytes/s, set by pepd): the
-	// original body's transfer time at that rate, at least Deadline and at
-	// most LinkDeadline (Server.wait). On a 3G link (about 200 kB/s) a
-	// 20 kB image waits Deadline and a 200 kB one a second; on LTE
-	// (1.5 MB/s) nearly every response waits Deadline. Waiting pays where
-	// the bytes a transform saves take longer to send than the transform
-	// takes (testbed/README.md, "The deadline on 3G and on LTE"). Zero, or
-	// no rate on the request: Deadline.
+	// subscriber's link (LinkRateHeader, set by pepd): the time that link
+	// needs for the original bodies of the subscriber's responses waiting
+	// for a transform, this one's included (the link would carry them
+	// before this one in any case), at least Deadline and at most
+	// LinkDeadline (Server.wait). A page's images reach the optimizer at
+	// once over HTTP/2: on 3G (about 200 kB/s) the first of 50 images of
+	// 10 kB waits Deadline and the last 2.5 s (LinkDeadline 2 s); on LTE
+	// (1.5 MB/s) the last waits a third of a second. Waiting pays where the
+	// link is slower than the transforms (testbed/README.md, "The deadline
+	// on 3G and on LTE"). Zero, or no rate on the request: Deadline.
 	LinkDeadline time.Duration
 	// DeferLate turns the backlog's prediction off: every response waits
 	// up to Deadline for its transform, as before session 14. By default
@@ -197,6 +202,10 @@ const DefaultAVIFQueue = 32
 type Server struct {
 	o  Options
 	rp *httputil.ReverseProxy
+	// links are the body bytes, per subscriber (LinkRateHeader's token),
+	// of the responses waiting for a transform (Server.wait).
+	linksMu sync.Mutex
+	links   map[string]int64
 	// webp bounds the WebP transforms and text the gzip ones, each to
 	// Options.Workers running and Queue waiting: a stylesheet's gzip (about
 	// a millisecond) never waits behind a page's image transcodes.
@@ -255,7 +264,7 @@ func New(o Options) (*Server, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, results: newResults(o.ResultBytes),
+	s := &Server{o: o, results: newResults(o.ResultBytes), links: map[string]int64{},
 		webp: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("webp"))),
 		text: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("gzip"))),
 		avif: newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.ByArrival, o.Metrics.avifQueueDepth, o.Metrics.running, nil)}
@@ -313,6 +322,7 @@ type ctxKey struct{}
 type reqState struct {
 	marked   bool   // MarkHeader was set: transforms allowed
 	linkRate uint64 // LinkRateHeader, bytes/s; 0: not given
+	linkSub  string // LinkRateHeader's subscriber token
 	// revalidated is the transform named by If-None-Match's tags (they
 	// were ours, mapped back to the origin's): a 304 maps its ETag again.
 	revalidated string
@@ -326,7 +336,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st := &reqState{marked: r.Header.Get(MarkHeader) != ""}
 	if st.marked {
-		st.linkRate, _ = strconv.ParseUint(r.Header.Get(LinkRateHeader), 10, 64) // 0 when absent or malformed: Deadline
+		rate, token, _ := strings.Cut(r.Header.Get(LinkRateHeader), " ")
+		st.linkRate, _ = strconv.ParseUint(rate, 10, 64) // 0 when absent or malformed: Deadline
+		st.linkSub = token
 	}
 	r.Header.Del(MarkHeader)
 	r.Header.Del(LinkRateHeader)
@@ -506,7 +518,9 @@ func (s *Server) modify(resp *http.Response) error {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	avif := kind == "image" && s.o.AVIF.Enabled && accepts(req.Header.Values("Accept"), TypeAVIF)
-	out, ctype, t, skip, pending := s.transform(t, body, enc, avif, Urgency(req.Header.Values("Priority")), s.wait(st.linkRate, len(body)))
+	wait, leave := s.wait(st.linkRate, st.linkSub, len(body))
+	out, ctype, t, skip, pending := s.transform(t, body, enc, avif, Urgency(req.Header.Values("Priority")), wait)
+	leave()
 	if pending {
 		// The AVIF is being encoded: Squid must not store what is served
 		// now, or later requests with this Accept would never get it.
@@ -556,19 +570,32 @@ type transformResult struct {
 
 // wait is how long a response whose origin body is n bytes may wait for
 // its transform: Options.Deadline, or with Options.LinkDeadline above it
-// and the subscriber's downlink rate known (rate, bytes/s), the body's
-// transfer time at that rate within [Deadline, LinkDeadline].
-func (s *Server) wait(rate uint64, n int) time.Duration {
+// and the subscriber's downlink rate known (rate, bytes/s; sub its
+// token), the time the link needs for the bodies of the subscriber's
+// responses already waiting and this one, within [Deadline,
+// LinkDeadline]. The response counts as waiting until leave is called.
+func (s *Server) wait(rate uint64, sub string, n int) (_ time.Duration, leave func()) {
 	d := s.o.Deadline
 	if rate == 0 || s.o.LinkDeadline <= d {
-		return d
+		return d, func() {}
 	}
-	t := time.Duration(float64(n) / float64(rate) * float64(time.Second))
+	s.linksMu.Lock()
+	queued := s.links[sub] + int64(n)
+	s.links[sub] = queued
+	s.linksMu.Unlock()
+	leave = func() {
+		s.linksMu.Lock()
+		if s.links[sub] -= int64(n); s.links[sub] <= 0 {
+			delete(s.links, sub)
+		}
+		s.linksMu.Unlock()
+	}
+	t := time.Duration(float64(queued) / float64(rate) * float64(time.Second))
 	if t <= d {
-		return d
+		return d, leave
 	}
 	s.o.Metrics.linkWait()
-	return min(t, s.o.LinkDeadline)
+	return min(t, s.o.LinkDeadline), leave
 }
 
 // transform runs the transform t on body, whose content coding is enc
