@@ -379,13 +379,8 @@ func (p *pepd) client(src string) *http.Client {
 // response (body read).
 func (p *pepd) raw(t testing.TB, src, req string) (*http.Response, string) {
 	t.Helper()
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-	c, err := d.Dial("tcp", p.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := p.dial(t, src)
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(testenv.Scale(10 * time.Second)))
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
 	}
@@ -396,6 +391,19 @@ func (p *pepd) raw(t testing.TB, src, req string) (*http.Response, string) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return resp, string(b)
+}
+
+// dial connects to pepd from the address src, the connection's deadline
+// 10 s away (scaled).
+func (p *pepd) dial(t testing.TB, src string) net.Conn {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(testenv.Scale(10 * time.Second)))
+	return c
 }
 
 // siteSquidConf is the Squid config most tests run: subscribers on

@@ -193,13 +193,8 @@ func TestLinkRateBothPaths(t *testing.T) {
 			if path.extra != "" {
 				src = "127.0.0.22"
 			}
-			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-			c, err := d.Dial("tcp", p.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := p.dial(t, src)
 			defer c.Close()
-			c.SetDeadline(time.Now().Add(testenv.Scale(10 * time.Second)))
 			br := bufio.NewReader(c)
 			get := func(obj, extra string) {
 				t.Helper()
