@@ -686,7 +686,7 @@ type conn struct {
 	handshaking atomic.Bool // ServeTLS: in its TLS handshake
 	closed      atomic.Bool
 	src         netip.Addr   // the subscriber's address (per-subscriber bound)
-	rateAt      atomic.Int64 // unix ns of the last link-rate sample (linkRate)
+	rateAt      atomic.Int64 // unix ns of the last link-rate sample (appendLinkRate)
 	wdlAt       time.Time    // when the write deadline was last armed
 	timedOut    atomic.Bool  // counted once
 	// abortRead: the read deadline was set in the distant past, as

@@ -64,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "backlog_seconds",
 			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by pool (webp; gzip: the text transforms, gzip and brotli)."}, []string{"transform"}),
 		linkWaits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "link_waits_total",
-			Help: "Responses allowed to wait for their transform longer than optimize.deadline, by their subscriber's downlink rate (optimize.link_deadline): the original takes longer than the deadline on that link."}),
+			Help: "Responses allowed to wait for their transform longer than optimize.deadline, by their subscriber's downlink rate (optimize.link_deadline): the link needs longer than the deadline for the originals of that subscriber's waiting responses and this one."}),
 	}
 	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog, m.busy, m.linkWaits} {
 		if err := reg.Register(c); err != nil {

@@ -73,7 +73,7 @@ func writeOptimizer(b *bytes.Buffer, v View, r *Results) {
 		"overload: the transform queue was full and nothing ran.")
 	head, sep := "", ""
 	if waits {
-		b.WriteString(" Link waits (pep_optimize_link_waits_total): responses allowed to wait longer than optimize.deadline, up to their original's transfer time on the subscriber's link (optimize.link_deadline).")
+		b.WriteString(" Link waits (pep_optimize_link_waits_total): responses allowed to wait longer than optimize.deadline, as long as the subscriber's link needs for the originals of that subscriber's waiting responses and their own (optimize.link_deadline).")
 		head, sep = " link waits |", "---:|"
 	}
 	b.WriteString("\n\n")

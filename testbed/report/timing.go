@@ -377,10 +377,9 @@ func Handshakes(es []har.Entry) map[string]Span {
 		if _, ok := hs[e.Connection]; ok || e.Connection == "" {
 			continue
 		}
-		t := e.Timings
-		if d := max(t.DNS, 0) + max(t.Connect, 0); t.Connect > 0 {
+		if t := e.Timings; t.Connect > 0 {
 			from := e.Start + max(t.Blocked, 0)
-			hs[e.Connection] = Span{from, from + d}
+			hs[e.Connection] = Span{from, from + max(t.DNS, 0) + t.Connect}
 		}
 	}
 	return hs
