@@ -361,11 +361,13 @@ var originFaults = []originFault{
 	{name: "close-mid-chunk", raw: "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n", want: "truncated"},
 	{name: "short-content-length", raw: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\ninjected", keep: true, want: "ok hello"},
 	{name: "bad-chunk-size", raw: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", want: "truncated"},
-	{name: "cl-and-te", raw: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", want: "ok hello"},
-	// Connection: close: the origin closes after it, and without the
-	// header Squid may reuse its connection to the origin for the
-	// follow-up before it sees the close (a reset: Squid answered 502
-	// once in CI, stop 21); the case is about the header size.
+	// Connection: close on the faults the origin closes after whole
+	// answers: without it Squid may reuse its connection to the origin
+	// for the follow-up before it sees the close (a reset: Squid answered
+	// 502 in CI, stop 21 for large-headers, stop 40 for cl-and-te). The
+	// cases are about the framing and the header size, not reuse; with
+	// Content-Length framing cl-and-te would still end as "truncated".
+	{name: "cl-and-te", raw: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", want: "ok hello"},
 	{name: "large-headers", raw: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\nX-Big: " + strings.Repeat("b", 50000) + "\r\nContent-Length: 2\r\n\r\nok", want: "ok ok"},
 	{name: "huge-headers", raw: "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Big: " + strings.Repeat("b", 100000) + "\r\nContent-Length: 2\r\n\r\nok", want: "status 502"},
 	{name: "no-response", raw: "", want: "status 502"},
