@@ -75,6 +75,12 @@ type Config struct {
 	// the transform is queued for the next miss. Default true; false waits
 	// the whole deadline as before (Options.DeferLate).
 	DeferEarly bool `yaml:"defer_early"`
+	// QuickQuality is the one lossy WebP quality (1-100) tried for an
+	// image response the backlog turns away: served, unstored, when it
+	// reaches ssim_target within the response's wait, while the search
+	// goes on for the next miss (Options.QuickQuality). 0: the original.
+	// Ignored with ssim_target 0. Default DefaultQuickQuality (80).
+	QuickQuality int `yaml:"quick_quality"`
 	// Order is the order in which waiting transforms start: "arrival"
 	// (default, Options.ByArrival) or "urgency" (the request's RFC 9218
 	// Priority urgency, which Chromium sends over HTTP/2, then arrival).
@@ -106,7 +112,7 @@ func DefaultConfig() Config {
 	im := DefaultImageOptions()
 	return Config{Listen: "127.0.0.1:3131", SSIMTarget: im.Target, SSIMTileFloor: im.TileFloor, Quality: im.Quality,
 		BrotliQuality: DefaultBrotliQuality, MaxPixels: im.MaxPixels, MinSaving: im.MinSaving, MaxBodyBytes: 8 << 20, QueueBytes: DefaultQueueBytes, Deadline: DefaultDeadline,
-		DeferEarly: true, Order: "arrival", ResultBytes: DefaultResultBytes}
+		DeferEarly: true, QuickQuality: DefaultQuickQuality, Order: "arrival", ResultBytes: DefaultResultBytes}
 }
 
 // Validate returns the first invalid field as a *field.Error whose path
@@ -125,6 +131,7 @@ func (c Config) Validate() error {
 		field.Check(c.MaxBodyBytes < 1024, "max_body_bytes", "%d is below 1KiB", c.MaxBodyBytes),
 		field.Check(c.Workers < 0 || c.Queue < 0, "workers", "workers and queue must not be negative"),
 		field.Check(c.QueueBytes < c.MaxBodyBytes, "queue_bytes", "%d is below max_body_bytes (%d): the largest body could never queue", c.QueueBytes, c.MaxBodyBytes),
+		field.Check(c.QuickQuality < 0 || c.QuickQuality > 100, "quick_quality", "%d is outside 0..100 (0: off)", c.QuickQuality),
 		field.Check(c.Deadline < 0, "deadline", "%v must not be negative", c.Deadline),
 		field.Check(c.LinkDeadline < 0, "link_deadline", "%v must not be negative", c.LinkDeadline),
 		field.Check(c.Order != "urgency" && c.Order != "arrival", "order", "%q: want urgency or arrival", c.Order),
@@ -146,7 +153,7 @@ func (c Config) Validate() error {
 // the body bound, the workers, queue, deadlines, result store and AVIF); the
 // caller adds Lookup, Control, UpstreamTimeout, Metrics and Log.
 func (c Config) Options() Options {
-	return Options{
+	o := Options{
 		Image: ImageOptions{Target: c.SSIMTarget, TileFloor: c.SSIMTileFloor, Quality: c.Quality,
 			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
 		BrotliQuality: c.BrotliQuality,
@@ -154,4 +161,8 @@ func (c Config) Options() Options {
 		DeferLate: !c.DeferEarly, ByArrival: c.Order == "arrival", ResultBytes: int64(c.ResultBytes),
 		AVIF: AVIFOptions{Enabled: c.AVIF, Workers: c.AVIFWorkers, Queue: c.AVIFQueue},
 	}
+	if c.SSIMTarget > 0 {
+		o.QuickQuality = c.QuickQuality
+	}
+	return o
 }

@@ -22,6 +22,7 @@ type Metrics struct {
 	backlog    *prometheus.GaugeVec // transform
 	busy       prometheus.Gauge
 	linkWaits  prometheus.Counter
+	quicks     *prometheus.CounterVec // outcome
 }
 
 // NewMetrics registers the optimizer's series with reg:
@@ -36,6 +37,7 @@ type Metrics struct {
 //	pep_optimize_avif_total{outcome}                     image requests that accept AVIF, by outcome (AVIFServed, AVIFLarger, AVIFPending, AVIFOverload)
 //	pep_optimize_avif_queue_depth                        AVIF searches waiting for an AVIF worker
 //	pep_optimize_running                                 transforms running on a worker (WebP, text and AVIF; with the queue depths 0: the optimizer is idle)
+//	pep_optimize_quick_total{outcome}                    image responses turned away by the backlog that tried the quick WebP (QuickServed, QuickMissed, QuickLate, QuickOverload)
 //	pep_optimize_link_waits_total                        responses allowed a wait above optimize.deadline by their subscriber's link rate (Options.LinkDeadline)
 //	pep_optimize_backlog_seconds{transform}              estimated work of the WebP (webp) or text (gzip: gzip and brotli) transforms waiting and running, seconds (what SkipBacklog predicts from)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -63,10 +65,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Transforms running on a worker (WebP, text and AVIF), for a response or for the next miss."}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "backlog_seconds",
 			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by pool (webp; gzip: the text transforms, gzip and brotli)."}, []string{"transform"}),
+		quicks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "quick_total",
+			Help: "Image responses the backlog turned away that tried the quick WebP (optimize.quick_quality), by outcome: served (reached the SSIM target in time; not stored), missed (below the target or not smaller), late (predicted or found past the wait), overload (queue full)."}, []string{"outcome"}),
 		linkWaits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "link_waits_total",
 			Help: "Responses allowed to wait for their transform longer than optimize.deadline, by their subscriber's downlink rate (optimize.link_deadline): the link needs longer than the deadline for the originals of that subscriber's waiting responses and this one."}),
 	}
-	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog, m.busy, m.linkWaits} {
+	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog, m.busy, m.linkWaits, m.quicks} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -121,6 +125,12 @@ func (m *Metrics) avifQueueDepth(d float64) {
 }
 
 // linkWait records a response whose wait its subscriber's link lengthened.
+func (m *Metrics) quick(outcome string) {
+	if m != nil {
+		m.quicks.WithLabelValues(outcome).Inc()
+	}
+}
+
 func (m *Metrics) linkWait() {
 	if m != nil {
 		m.linkWaits.Inc()

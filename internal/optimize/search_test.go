@@ -361,3 +361,35 @@ func TestConfigAVIF(t *testing.T) {
 		t.Error("New: AVIF with target 0 accepted")
 	}
 }
+
+// TestQuick: the quick WebP is one lossy encode at the given quality,
+// served only at the target: photo.jpg (a q85 JPEG) reaches 0.95 at q80
+// and is served, no smaller than the search's choice; the flat graphic,
+// which no lossy quality brings to the target, and the star field, which
+// needs q90, come back as the originals; without a target there is none.
+func TestQuick(t *testing.T) {
+	o := DefaultImageOptions()
+	in := readTestdata(t, "photo.jpg")
+	res := Quick(in, o, DefaultQuickQuality)
+	if res.Skip != "" || res.ContentType != TypeWebP || res.Lossless || res.Quality != DefaultQuickQuality || res.Encodes != 1 {
+		t.Fatalf("photo.jpg: skip %q, type %q, lossless %v, q%d, %d encodes: want a lossy WebP at q%d in 1 encode",
+			res.Skip, res.ContentType, res.Lossless, res.Quality, res.Encodes, DefaultQuickQuality)
+	}
+	if s := measured(t, in, res.Body); s < o.Target || abs(s-res.SSIM) > 1e-9 {
+		t.Errorf("photo.jpg: SSIM %.4f (Quick said %.4f), want >= %.2f", s, res.SSIM, o.Target)
+	}
+	if full := Image(in, o); full.Skip != "" || len(full.Body) > len(res.Body) || full.Encodes <= res.Encodes {
+		t.Errorf("photo.jpg: search %d bytes in %d encodes (%q), quick %d bytes in %d: want the search no larger and costlier",
+			len(full.Body), full.Encodes, full.Skip, len(res.Body), res.Encodes)
+	}
+	for name, in := range map[string][]byte{"flat graphic": banner(t), "starfield.jpg": readTestdata(t, "starfield.jpg")} {
+		res := Quick(in, o, DefaultQuickQuality)
+		if res.Skip != SkipNotSmaller || !bytes.Equal(res.Body, in) || res.ContentType != "" || res.Encodes != 1 {
+			t.Errorf("%s: skip %q, type %q, %d encodes: want the original (%q) after 1 encode", name, res.Skip, res.ContentType, res.Encodes, SkipNotSmaller)
+		}
+	}
+	o.Target = 0
+	if res := Quick(in, o, DefaultQuickQuality); res.Skip != SkipNoTarget || !bytes.Equal(res.Body, in) {
+		t.Errorf("target 0: skip %q, want %q and the original", res.Skip, SkipNoTarget)
+	}
+}

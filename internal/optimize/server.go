@@ -135,6 +135,16 @@ type Options struct {
 	// is served untransformed at once (SkipBacklog), and its transform is
 	// queued for the next miss as a deferred one is.
 	DeferLate bool
+	// QuickQuality, 1-100, serves a quick WebP to an image response the
+	// backlog turns away (SkipBacklog): one lossy encode at this quality
+	// (Quick), queued at the response's own rank ahead of the searches for
+	// the next miss, and served if it reaches the SSIM target and finishes
+	// within the response's wait (its own cost predicted by the backlog
+	// from earlier quick encodes). It is marked DeferredHeader, so Squid
+	// does not store it: the next miss gets the search's smaller result.
+	// Zero: the original, as before session 24. Needs Image.Target above
+	// 0. Counted by pep_optimize_quick_total{outcome}.
+	QuickQuality int
 	// ByArrival starts waiting transforms in the order they arrived
 	// (config optimize.order: arrival, pepd's default). False starts the
 	// most urgent first: the request's RFC 9218 Priority urgency (Urgency;
@@ -519,12 +529,13 @@ func (s *Server) modify(resp *http.Response) error {
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	avif := kind == "image" && s.o.AVIF.Enabled && accepts(req.Header.Values("Accept"), TypeAVIF)
 	wait, leave := s.wait(st.linkRate, st.linkSub, len(body))
-	out, ctype, t, skip, pending := s.transform(t, body, enc, avif, Urgency(req.Header.Values("Priority")), wait)
+	out, ctype, t, skip, unstored := s.transform(t, body, enc, avif, Urgency(req.Header.Values("Priority")), wait)
 	leave()
-	if pending {
-		// The AVIF is being encoded: Squid must not store what is served
-		// now, or later requests with this Accept would never get it.
-		resp.Header.Set(DeferredHeader, "avif")
+	if unstored != "" {
+		// The AVIF is being encoded, or the search behind a quick WebP
+		// runs: Squid must not store what is served now, or later
+		// requests with this Accept would never get the better variant.
+		resp.Header.Set(DeferredHeader, unstored)
 	}
 	if skip != "" {
 		s.o.Metrics.skip(skip)
@@ -609,16 +620,19 @@ func (s *Server) wait(rate uint64, sub string, n int) (_ time.Duration, leave fu
 // it returns SkipBacklog at once and the transform is queued all the
 // same, for the next miss: behind every transform a response waits for
 // (nextMiss), its work not counted ahead of theirs, and giving its queue
-// place up to one of them when the queue is full. Identical concurrent bodies are
+// place up to one of them when the queue is full; an image then gets the
+// quick WebP instead when one is ready in time (Options.QuickQuality,
+// quick), unstored is "webp". Identical concurrent bodies are
 // transformed once (singleflight on their SHA-256). A full queue returns
 // SkipOverload at once, and nothing runs.
 //
 // With avif (an image whose request accepts AVIF, AVIFOptions.Enabled)
 // and the WebP's outcome known within the deadline, the AVIF search
 // starts too (avifFor) and is waited for until the same deadline: t is
-// "avif" when the AVIF is smaller; pending is true when it has not
+// "avif" when the AVIF is smaller; unstored is "avif" when it has not
 // finished (the WebP or the original is returned, not to be stored).
-func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency int, wait time.Duration) (out []byte, ctype, _, skip string, pending bool) {
+func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency int, wait time.Duration) (out []byte, ctype, _, skip, unstored string) {
+	quick := false // the quick WebP (Options.QuickQuality): served, not stored
 	deadline := time.Now().Add(wait)
 	kind, pool := "text", s.text
 	if t == "webp" {
@@ -639,69 +653,54 @@ func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency
 		work, known := pool.backlog.estimate(format, units)
 		rank := pool.rank(urgency)
 		late := !s.o.DeferLate && known && pool.backlog.finish(rank, work) > wait
+		ownUrgency, ownRank := urgency, rank
 		if late {
 			// No response waits for it: behind every transform one does.
 			urgency, rank = nextMiss, nextMiss
 		}
 		ch := s.flight.DoChan(key, func() (any, error) {
-			n := int64(len(body))
-			if s.queuedBytes.Add(n) > s.o.QueueBytes {
-				s.queuedBytes.Add(-n)
-				return transformResult{skip: SkipOverload}, nil
-			}
-			defer s.queuedBytes.Add(-n)
-			pool.backlog.add(rank, work)
-			defer pool.backlog.add(rank, -work)
-			release, ok := pool.acquire(urgency)
-			if !ok {
-				return transformResult{skip: SkipOverload}, nil
-			}
-			defer release()
-			if rank == nextMiss {
-				pool.backlog.running(work)
-				defer pool.backlog.running(-work)
-			}
-			start := time.Now()
-			var r transformResult
-			if kind == "image" {
-				res := Image(body, s.o.Image)
-				r = transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
-			} else {
-				r.out, r.skip = Text(body, enc, t, s.o.BrotliQuality, s.o.MaxBodyBytes)
-			}
-			took := time.Since(start)
-			s.o.Metrics.done(t, took)
-			pool.backlog.learn(format, units, took)
-			s.results.put(key, r)
-			if avif && r.skip != SkipOverload {
-				s.avifFor(sum, body, r) // for the next miss, if this one cannot wait
-			}
-			return r, nil
+			return s.queue(pool, len(body), urgency, rank, work, func() transformResult {
+				start := time.Now()
+				var r transformResult
+				if kind == "image" {
+					res := Image(body, s.o.Image)
+					r = transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
+				} else {
+					r.out, r.skip = Text(body, enc, t, s.o.BrotliQuality, s.o.MaxBodyBytes)
+				}
+				took := time.Since(start)
+				s.o.Metrics.done(t, took)
+				pool.backlog.learn(format, units, took)
+				s.results.put(key, r)
+				if avif && r.skip != SkipOverload {
+					s.avifFor(sum, body, r) // for the next miss, if this one cannot wait
+				}
+				return r
+			}), nil
 		})
-		if late {
+		switch {
+		case late && kind == "image" && s.o.QuickQuality > 0:
+			// The search goes on for the next miss; this response may
+			// still get the quick WebP in time.
+			r = s.quick(sum, body, format, units, ownUrgency, ownRank, deadline)
+			quick = r.skip == ""
+		case late:
 			// Waiting would end at the deadline with nothing: serve now,
 			// the transform goes on for the next miss.
 			r = transformResult{skip: SkipBacklog}
-		} else {
-			timer := time.NewTimer(time.Until(deadline))
-			select {
-			case res := <-ch:
-				r = res.Val.(transformResult)
-			case <-timer.C:
-				r = transformResult{skip: SkipDeferred}
-			}
-			timer.Stop()
+		default:
+			r = await(ch, deadline)
 		}
 	}
-	if avif && (r.skip == "" || r.skip == SkipNotSmaller) {
+	if avif && !quick && (r.skip == "" || r.skip == SkipNotSmaller) {
 		a, done := s.avifResult(sum, body, r, deadline)
 		switch {
 		case !done:
 			s.o.Metrics.avif(AVIFPending)
-			pending = true
+			unstored = "avif"
 		case a.skip == "":
 			s.o.Metrics.avif(AVIFServed)
-			return a.out, a.ctype, "avif", "", false
+			return a.out, a.ctype, "avif", "", ""
 		case a.skip == skipAVIFOverload:
 			s.o.Metrics.avif(AVIFOverload)
 		default:
@@ -709,12 +708,104 @@ func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency
 		}
 	}
 	if r.skip != "" {
-		return nil, "", t, r.skip, pending
+		return nil, "", t, r.skip, unstored
 	}
 	if r.ctype == TypeJPEG {
 		t = "jpeg" // Image's JPEG fallback, made by the webp pool
 	}
-	return r.out, r.ctype, t, "", pending
+	if quick {
+		unstored = t
+	}
+	return r.out, r.ctype, t, "", unstored
+}
+
+// queue runs fn on one of pool's workers for a body of n bytes, at
+// urgency (rank: pool.rank's, or nextMiss for a transform no response
+// waits for), with work its predicted cost, accounted in the pool's
+// backlog while it waits and runs. Past Options.QueueBytes of bodies, or
+// with the pool's queue full, fn does not run: SkipOverload.
+func (s *Server) queue(pool *workPool, n, urgency, rank int, work time.Duration, fn func() transformResult) transformResult {
+	if s.queuedBytes.Add(int64(n)) > s.o.QueueBytes {
+		s.queuedBytes.Add(-int64(n))
+		return transformResult{skip: SkipOverload}
+	}
+	defer s.queuedBytes.Add(-int64(n))
+	pool.backlog.add(rank, work)
+	defer pool.backlog.add(rank, -work)
+	release, ok := pool.acquire(urgency)
+	if !ok {
+		return transformResult{skip: SkipOverload}
+	}
+	defer release()
+	if rank == nextMiss {
+		pool.backlog.running(work)
+		defer pool.backlog.running(-work)
+	}
+	return fn()
+}
+
+// await returns ch's result, or SkipDeferred once deadline has passed.
+func await(ch <-chan singleflight.Result, deadline time.Time) transformResult {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case res := <-ch:
+		return res.Val.(transformResult)
+	case <-timer.C:
+		return transformResult{skip: SkipDeferred}
+	}
+}
+
+// Outcomes of the quick WebP (Options.QuickQuality): the values of the
+// outcome label of pep_optimize_quick_total.
+const (
+	QuickServed   = "served"   // the quick WebP reached the target in time: served, not stored
+	QuickMissed   = "missed"   // it did not reach the target or was not smaller: the original served
+	QuickLate     = "late"     // predicted or found past the response's wait: the original served
+	QuickOverload = "overload" // the queue was full: the original served
+)
+
+// quick returns the quick WebP of an image body whose search the backlog
+// sent to the next miss (Options.QuickQuality), or a result with skip
+// SkipBacklog when there is none by deadline: predicted too late from the
+// backlog ahead at rank (format's "quick/" cost line, learnt from earlier
+// quick encodes), not finished in time, below the target or not smaller.
+// The quick encode runs at urgency, ahead of the searches for the next
+// miss; concurrent requests for one body share it. Its result is not kept.
+func (s *Server) quick(sum [32]byte, body []byte, format string, units int64, urgency, rank int, deadline time.Time) transformResult {
+	pool := s.webp
+	qformat := ""
+	if format != "" {
+		qformat = "quick/" + format
+	}
+	work, known := pool.backlog.estimate(qformat, units)
+	if known && pool.backlog.finish(rank, work) > time.Until(deadline) {
+		s.o.Metrics.quick(QuickLate)
+		return transformResult{skip: SkipBacklog}
+	}
+	ch := s.flight.DoChan("quick"+string(sum[:]), func() (any, error) {
+		return s.queue(pool, len(body), urgency, rank, work, func() transformResult {
+			start := time.Now()
+			res := Quick(body, s.o.Image, s.o.QuickQuality)
+			took := time.Since(start)
+			s.o.Metrics.done("webp", took)
+			pool.backlog.learn(qformat, units, took)
+			return transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
+		}), nil
+	})
+	r := await(ch, deadline)
+	switch r.skip {
+	case "":
+		s.o.Metrics.quick(QuickServed)
+		return r
+	case SkipDeferred:
+		s.o.Metrics.quick(QuickLate)
+	case SkipOverload:
+		s.o.Metrics.quick(QuickOverload)
+	default:
+		s.o.Metrics.quick(QuickMissed)
+	}
+	return transformResult{skip: SkipBacklog}
 }
 
 // Outcomes of a request for AVIF: the values of the outcome label of

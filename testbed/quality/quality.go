@@ -881,7 +881,9 @@ func dist(v []float64) (med, p5, lowest float64) {
 }
 
 // write stores results.json (the report without Images) and images.tsv
-// (one line per image and quality) in dir.
+// (one line per image and rule: the Outcome, with chosen the lossy quality
+// the search chose or "lossless", ms its wall time, encodes its encodes)
+// in dir.
 func (r Report) write(dir string) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -891,15 +893,22 @@ func (r Report) write(dir string) error {
 		return err
 	}
 	var t bytes.Buffer
-	t.WriteString("image\tname\tformat\tsize\tmode\tbytes\tquality\twebp_bytes\tskip\tskip_min_saving_0\tssim\tno_ssim\trule\tavif\n")
+	t.WriteString("image\tname\tformat\tsize\tmode\tbytes\tquality\twebp_bytes\tskip\tskip_min_saving_0\tssim\tno_ssim\trule\tavif\tchosen\tms\tencodes\n")
 	for i, im := range r.Images {
 		for j, oc := range im.Outcomes {
 			ssim := ""
 			if oc.SkipAny == "" && oc.NoSSIM == "" {
 				ssim = strconv.FormatFloat(oc.SSIM, 'f', 6, 64)
 			}
-			fmt.Fprintf(&t, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%v\n", i, tsv(im.Name), im.Format, im.Size, im.Mode, im.Bytes,
-				oc.Quality, oc.WebP, oc.Skip, oc.SkipAny, ssim, oc.NoSSIM, r.Rules[j].Name, oc.AVIF)
+			chosen := ""
+			switch {
+			case oc.Lossless:
+				chosen = "lossless"
+			case oc.Chosen > 0:
+				chosen = strconv.Itoa(oc.Chosen)
+			}
+			fmt.Fprintf(&t, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%v\t%s\t%.1f\t%d\n", i, tsv(im.Name), im.Format, im.Size, im.Mode, im.Bytes,
+				oc.Quality, oc.WebP, oc.Skip, oc.SkipAny, ssim, oc.NoSSIM, r.Rules[j].Name, oc.AVIF, chosen, oc.Ms, oc.Encodes)
 		}
 	}
 	return os.WriteFile(filepath.Join(dir, "images.tsv"), t.Bytes(), 0o644)

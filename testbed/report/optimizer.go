@@ -17,6 +17,9 @@ type OptRow struct {
 	// LinkWaits are the responses allowed a longer wait by their link
 	// (Record.OptLinkWaits).
 	LinkWaits int
+	// Quick are the transformed responses that were quick WebPs
+	// (Record.OptQuick).
+	Quick int
 	// Skipped are the untransformed responses by reason.
 	Skipped map[string]int
 }
@@ -36,6 +39,7 @@ func OptRows(v View, r *Results) []OptRow {
 			row.Loads++
 			row.Transformed += rec.OptTransformed
 			row.LinkWaits += rec.OptLinkWaits
+			row.Quick += rec.OptQuick
 			for k, n := range rec.OptSkipped {
 				row.Skipped[k] += n
 			}
@@ -65,6 +69,7 @@ func writeOptimizer(b *bytes.Buffer, v View, r *Results) {
 	}
 	cols := slices.Sorted(maps.Keys(reasons))
 	waits := slices.ContainsFunc(rows, func(x OptRow) bool { return x.LinkWaits > 0 })
+	quick := slices.ContainsFunc(rows, func(x OptRow) bool { return x.Quick > 0 })
 	b.WriteString("### The optimizer's outcomes (pepd's counters)\n\n")
 	b.WriteString("pep_optimize_transforms_total and pep_optimize_skipped_total{reason}, read before and after each load, " +
 		"summed over the mode's loads: transformed bodies served to Squid (images and text, fresh or reused) " +
@@ -72,15 +77,22 @@ func writeOptimizer(b *bytes.Buffer, v View, r *Results) {
 		"backlog: the work queued ahead predicted it past the deadline, so the response did not wait (optimize.defer_early), and it was queued for the next miss; " +
 		"overload: the transform queue was full and nothing ran.")
 	head, sep := "", ""
+	if quick {
+		b.WriteString(" Quick (pep_optimize_quick_total{outcome=\"served\"}, counted in transformed): images the backlog turned away that got one lossy WebP at optimize.quick_quality within the wait, at the SSIM target, served unstored while the search went on for the next miss.")
+		head, sep = " quick |", "---:|"
+	}
 	if waits {
 		b.WriteString(" Link waits (pep_optimize_link_waits_total): responses allowed to wait longer than optimize.deadline, as long as the subscriber's link needs for the originals of that subscriber's waiting responses and their own (optimize.link_deadline).")
-		head, sep = " link waits |", "---:|"
+		head, sep = head+" link waits |", sep+"---:|"
 	}
 	b.WriteString("\n\n")
 	fmt.Fprintf(b, "| mode | loads | transformed |%s %s |\n", head, strings.Join(cols, " | "))
 	fmt.Fprintf(b, "|---|---:|---:|%s%s\n", sep, strings.Repeat("---:|", len(cols)))
 	for _, x := range rows {
 		fmt.Fprintf(b, "| %s | %d | %d |", x.Mode, x.Loads, x.Transformed)
+		if quick {
+			fmt.Fprintf(b, " %d |", x.Quick)
+		}
 		if waits {
 			fmt.Fprintf(b, " %d |", x.LinkWaits)
 		}

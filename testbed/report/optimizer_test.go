@@ -10,8 +10,9 @@ import (
 // two +opt modes with pepd's counters credited per load: the section has
 // a row per +opt mode with the sums over its loads, a column per reason
 // any mode saw (0 where a mode saw none), and nothing for the mode
-// without counters; a link-waits column once a load has link waits;
-// results without counters have no section at all.
+// without counters; a link-waits column once a load has link waits and
+// a quick column before it once a load has a quick WebP; results without
+// counters have no section at all.
 func TestOptimizerSection(t *testing.T) {
 	r := synthetic()
 	r.Config.Modes = []string{"url", "url+opt", "url-https-k1+opt"}
@@ -70,6 +71,25 @@ func TestOptimizerSection(t *testing.T) {
 	} {
 		if !bytes.Contains(md, []byte(s)) {
 			t.Errorf("with link waits, the optimizer section lacks %q", s)
+		}
+	}
+	// Quick WebPs (optimize.quick_quality) get a column before it.
+	for i := range recs {
+		if recs[i].Mode == "url+opt" {
+			recs[i].OptQuick = 7
+		}
+	}
+	md, err = Generate(r, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		"| mode | loads | transformed | quick | link waits | deferred | not smaller | overload |",
+		"| url+opt | 2 | 80 | 14 | 0 | 4 | 10 | 0 |",
+		"| url-https-k1+opt | 2 | 20 | 0 | 6 | 40 | 0 | 30 |",
+	} {
+		if !bytes.Contains(md, []byte(s)) {
+			t.Errorf("with quick WebPs, the optimizer section lacks %q", s)
 		}
 	}
 	r.Records = recs[:1]

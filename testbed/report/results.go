@@ -126,6 +126,11 @@ type Record struct {
 	// optimize.deadline because their subscriber's link is slow
 	// (pep_optimize_link_waits_total; optimize.link_deadline).
 	OptLinkWaits int `json:"opt_link_waits,omitempty"`
+	// OptQuick is the transformed responses that were the quick WebP of an
+	// image the backlog turned away, served unstored
+	// (pep_optimize_quick_total{outcome="served"}; optimize.quick_quality),
+	// counted in OptTransformed too.
+	OptQuick int `json:"opt_quick,omitempty"`
 }
 
 // ProfileInfo is what the report needs of a link profile.

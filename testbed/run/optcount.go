@@ -21,6 +21,7 @@ type optCounts struct {
 	transformed float64
 	skipped     map[string]float64
 	linkWaits   float64 // pep_optimize_link_waits_total
+	quick       float64 // pep_optimize_quick_total{outcome="served"}
 }
 
 // optCounts reads pepd's optimizer counters from its /metrics.
@@ -41,7 +42,8 @@ func parseOptCounts(m string) (optCounts, error) {
 		name, v := l[:i], l[i+1:]
 		reason, isSkip := strings.CutPrefix(name, `pep_optimize_skipped_total{reason="`)
 		isWait := name == "pep_optimize_link_waits_total"
-		if !isSkip && !isWait && !strings.HasPrefix(name, "pep_optimize_transforms_total{") {
+		isQuick := name == `pep_optimize_quick_total{outcome="served"}`
+		if !isSkip && !isWait && !isQuick && !strings.HasPrefix(name, "pep_optimize_transforms_total{") {
 			continue
 		}
 		f, err := strconv.ParseFloat(v, 64)
@@ -53,6 +55,8 @@ func parseOptCounts(m string) (optCounts, error) {
 			c.skipped[strings.TrimSuffix(reason, `"}`)] += f
 		case isWait:
 			c.linkWaits = f
+		case isQuick:
+			c.quick = f
 		default:
 			c.transformed += f
 		}
@@ -66,6 +70,7 @@ func parseOptCounts(m string) (optCounts, error) {
 func creditOpt(r *report.Record, before, after optCounts) {
 	r.OptTransformed += int(after.transformed - before.transformed)
 	r.OptLinkWaits += int(after.linkWaits - before.linkWaits)
+	r.OptQuick += int(after.quick - before.quick)
 	for reason, n := range after.skipped {
 		if d := int(n - before.skipped[reason]); d > 0 {
 			if r.OptSkipped == nil {
