@@ -28,7 +28,8 @@
 //   - server.go: Server, the parent proxy: the deadline per transform (a
 //     response whose transform misses it goes out untransformed, marked
 //     Pep-Deferred so Squid does not store it, the transform finishes in the background for the next miss),
-//     the AVIF variant behind the WebP, no-transform and Range honoured,
+//     the quick WebP (one encode, unstored) for an image the backlog turns
+//     away, the AVIF variant behind the WebP, no-transform and Range honoured,
 //     weak ETags per variant, Content-Length kept right.
 //   - results.go: the bounded store (least recently used first out) of
 //     finished transforms, keyed by transform and the SHA-256 of the
