@@ -39,7 +39,7 @@ type Metrics struct {
 //	pep_optimize_running                                 transforms running on a worker (WebP, text and AVIF; with the queue depths 0: the optimizer is idle)
 //	pep_optimize_quick_total{outcome}                    image responses turned away by the backlog that tried the quick WebP (QuickServed, QuickMissed, QuickLate, QuickOverload)
 //	pep_optimize_link_waits_total                        responses allowed a wait above optimize.deadline by their subscriber's link rate (Options.LinkDeadline)
-//	pep_optimize_backlog_seconds{transform}              estimated work of the WebP (webp) or text (gzip: gzip and brotli) transforms waiting and running, seconds (what SkipBacklog predicts from)
+//	pep_optimize_backlog_seconds{transform}              estimated work of the WebP (webp), text (gzip: gzip and brotli) or quick WebP (quick) transforms waiting and running, seconds (what SkipBacklog predicts from)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "bytes_total",
@@ -64,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		busy: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "running",
 			Help: "Transforms running on a worker (WebP, text and AVIF), for a response or for the next miss."}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "backlog_seconds",
-			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by pool (webp; gzip: the text transforms, gzip and brotli)."}, []string{"transform"}),
+			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by pool (webp; gzip: the text transforms, gzip and brotli; quick: the quick WebPs)."}, []string{"transform"}),
 		quicks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "quick_total",
 			Help: "Image responses the backlog turned away that tried the quick WebP (optimize.quick_quality), by outcome: served (reached the SSIM target in time; not stored), missed (below the target or not smaller), late (predicted or found past the wait), overload (queue full)."}, []string{"outcome"}),
 		linkWaits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "link_waits_total",

@@ -137,10 +137,10 @@ type Options struct {
 	DeferLate bool
 	// QuickQuality, 1-100, serves a quick WebP to an image response the
 	// backlog turns away (SkipBacklog): one lossy encode at this quality
-	// (Quick), queued at the response's own rank ahead of the searches for
-	// the next miss, and served if it reaches the SSIM target and finishes
-	// within the response's wait (its own cost predicted by the backlog
-	// from earlier quick encodes). It is marked DeferredHeader, so Squid
+	// (Quick) in a pool of its own (Workers running, Queue waiting), never
+	// behind the searches for the next miss, served if it reaches the SSIM
+	// target and finishes within the response's wait (its cost predicted
+	// by that pool's backlog from earlier quick encodes). It is marked DeferredHeader, so Squid
 	// does not store it: the next miss gets the search's smaller result.
 	// Zero: the original, as before session 24. Needs Image.Target above
 	// 0. Counted by pep_optimize_quick_total{outcome}.
@@ -220,6 +220,11 @@ type Server struct {
 	// Options.Workers running and Queue waiting: a stylesheet's gzip (about
 	// a millisecond) never waits behind a page's image transcodes.
 	webp, text *workPool
+	// quick bounds the quick WebPs (Options.QuickQuality) apart from the
+	// searches, Workers running and Queue waiting: a quick encode never
+	// waits for a worker behind a search for the next miss, which can
+	// take half a second; the kernel shares the cores between them.
+	quickPool *workPool
 	// queuedBytes are the body bytes of the transforms waiting or running
 	// (Options.QueueBytes).
 	queuedBytes atomic.Int64
@@ -275,9 +280,10 @@ func New(o Options) (*Server, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{o: o, results: newResults(o.ResultBytes), links: map[string]int64{},
-		webp: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("webp"))),
-		text: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("gzip"))),
-		avif: newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.ByArrival, o.Metrics.avifQueueDepth, o.Metrics.running, nil)}
+		webp:      newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("webp"))),
+		text:      newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("gzip"))),
+		quickPool: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("quick"))),
+		avif:      newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.ByArrival, o.Metrics.avifQueueDepth, o.Metrics.running, nil)}
 	tr := &http.Transport{
 		DialContext:           s.dial,
 		MaxIdleConnsPerHost:   8,
@@ -770,15 +776,12 @@ const (
 // SkipBacklog when there is none by deadline: predicted too late from the
 // backlog ahead at rank (format's "quick/" cost line, learnt from earlier
 // quick encodes), not finished in time, below the target or not smaller.
-// The quick encode runs at urgency, ahead of the searches for the next
-// miss; concurrent requests for one body share it. Its result is not kept.
+// The quick encode runs in its own pool (Server.quickPool), at urgency,
+// never behind the searches for the next miss; concurrent requests for
+// one body share it. Its result is not kept.
 func (s *Server) quick(sum [32]byte, body []byte, format string, units int64, urgency, rank int, deadline time.Time) transformResult {
-	pool := s.webp
-	qformat := ""
-	if format != "" {
-		qformat = "quick/" + format
-	}
-	work, known := pool.backlog.estimate(qformat, units)
+	pool := s.quickPool
+	work, known := pool.backlog.estimate(format, units)
 	if known && pool.backlog.finish(rank, work) > time.Until(deadline) {
 		s.o.Metrics.quick(QuickLate)
 		return transformResult{skip: SkipBacklog}
@@ -789,7 +792,7 @@ func (s *Server) quick(sum [32]byte, body []byte, format string, units int64, ur
 			res := Quick(body, s.o.Image, s.o.QuickQuality)
 			took := time.Since(start)
 			s.o.Metrics.done("webp", took)
-			pool.backlog.learn(qformat, units, took)
+			pool.backlog.learn(format, units, took)
 			return transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
 		}), nil
 	})
