@@ -30,7 +30,7 @@ type Metrics struct {
 //	pep_optimize_bytes_total{transform,type,direction}  body bytes into and out of transforms that were served
 //	pep_optimize_transforms_total{transform,type}        transformed bodies served (webp, avif, jpeg, gzip, br; by original type)
 //	pep_optimize_skipped_total{reason}                   bodies passed untouched, by Skip* reason
-//	pep_optimize_transform_seconds{transform}            time in a transform (libvips; gzip or brotli), seconds
+//	pep_optimize_transform_seconds{transform}            time in a transform (webp, avif, quick: libvips; gzip, br), seconds
 //	pep_optimize_queue_depth                             transforms waiting for a worker
 //	pep_optimize_served_total{transform,cache}           transformed variants sent to subscribers, Squid hit or miss
 //	pep_optimize_results_reused_total{transform}         misses answered from a finished transform (deferred before), no transform run

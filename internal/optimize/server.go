@@ -791,7 +791,7 @@ func (s *Server) quick(sum [32]byte, body []byte, format string, units int64, ur
 			start := time.Now()
 			res := Quick(body, s.o.Image, s.o.QuickQuality)
 			took := time.Since(start)
-			s.o.Metrics.done("webp", took)
+			s.o.Metrics.done("quick", took)
 			pool.backlog.learn(format, units, took)
 			return transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
 		}), nil
