@@ -44,7 +44,7 @@ const usage = `usage:
   pepctl [-admin ADDR[,ADDR...]] hints [on|off]
   pepctl [-admin ADDR[,ADDR...]] cache [-json]
         (several admin addresses: every gateway of an array, each line prefixed by its address)
-  pepctl optimize-image [-target S] [-tile-floor S] [-quality N] [-max-pixels N] [-o out.webp] FILE...
+  pepctl optimize-image [-target S] [-tile-floor S] [-quality N] [-max-pixels N] [-quick Q] [-avif] [-o out.webp] FILE...
   pepctl optimize-text [-brotli Q] [-o out] FILE   (a gzipped FILE is taken as an origin's gzip body)
   pepctl rewrite-html -vip IP -base URL < in.html > out.html
   pepctl squid-conf [-config pepd.yaml] [-template configs/squid.conf] [options] > squid.conf
@@ -244,6 +244,7 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&o.MinSaving, "min-saving", o.MinSaving, "the fraction an image's result must save to be served (optimize.min_saving; text: optimize.MinTextSaving, 3 %)")
 	out := fs.String("o", "", "write the body pepd would serve here (the input itself when it would pass untouched); one FILE only")
 	brotliQ := fs.Int("brotli", optimize.DefaultBrotliQuality, "optimize-text: brotli quality 1-11, as for a request whose Accept-Encoding names br (optimize.brotli_quality); 0: gzip")
+	quick := fs.Int("quick", 0, "also the quick WebP at this quality, 1-100, that an image the backlog turns away gets (optimize.quick_quality, default 80); 0: none")
 	avif := fs.Bool("avif", false, "also the AVIF search, as for a request whose Accept names image/avif (optimize.avif): served, and written with -o, when smaller than the WebP")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -255,6 +256,9 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 	}
 	if *brotliQ < 0 || *brotliQ > 11 {
 		return fmt.Errorf("-brotli %d out of range (0-11; 0: gzip)", *brotliQ)
+	}
+	if *quick < 0 || *quick > 100 {
+		return fmt.Errorf("-quick %d out of range (1-100; 0: none)", *quick)
 	}
 	if o.Target < 0 || o.Target > 1 || o.TileFloor < 0 || o.TileFloor > 1 || o.Quality < 1 || o.Quality > 100 {
 		return fmt.Errorf("-target %v, -tile-floor %v (0-1) or -quality %d (1-100) out of range", o.Target, o.TileFloor, o.Quality)
@@ -283,6 +287,17 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 				what = fmt.Sprintf("%s -> %s q%d, SSIM %.4f (lowest 32x32 tile %.4f)", res.Format, strings.TrimPrefix(res.ContentType, "image/"), res.Quality, res.SSIM, res.WorstTile)
 			}
 			what += fmt.Sprintf(", %d encodes, %.1f ms", res.Encodes, float64(took.Microseconds())/1000)
+			if *quick > 0 {
+				start := time.Now()
+				q := optimize.Quick(in, o, *quick)
+				took := float64(time.Since(start).Microseconds()) / 1000
+				if q.Skip == "" {
+					what += fmt.Sprintf("; under a backlog: webp q%d, %d bytes (%.1f %%), SSIM %.4f (lowest 32x32 tile %.4f), %d encode, %.1f ms",
+						q.Quality, len(q.Body), 100*float64(len(q.Body))/float64(len(in)), q.SSIM, q.WorstTile, q.Encodes, took)
+				} else {
+					what += fmt.Sprintf("; under a backlog: the original (%s at q%d), %.1f ms", q.Skip, *quick, took)
+				}
+			}
 			if *avif {
 				start := time.Now()
 				a := optimize.AVIF(in, o, res)

@@ -301,6 +301,20 @@ func TestOptimizeImage(t *testing.T) {
 	if code := run([]string{"optimize-image", "-o", out, dir + "photo.jpg", dir + "palette.png"}, nil, &stdout, &stderr); code != 2 {
 		t.Errorf("-o with two files: exit %d, want 2 (usage)", code)
 	}
+	// -quick: the quick WebP beside the search's choice; the star field
+	// needs q90, so under a backlog it would go as it is.
+	stdout.Reset()
+	if code := run([]string{"optimize-image", "-quick", "80", dir + "photo.jpg", dir + "starfield.jpg"}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("-quick: exit %d: %s", code, stderr.String())
+	}
+	lines = strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "; under a backlog: webp q80, ") || !strings.Contains(lines[0], " 1 encode, ") ||
+		!strings.Contains(lines[1], "; under a backlog: the original (not smaller at q80)") {
+		t.Errorf("-quick: %q", stdout.String())
+	}
+	if code := run([]string{"optimize-image", "-quick", "101", dir + "photo.jpg"}, nil, &stdout, &stderr); code == 0 {
+		t.Error("-quick 101: exit 0, want an error")
+	}
 }
 
 // TestOptimizeText: pepctl optimize-text runs pepd's text transform on a
