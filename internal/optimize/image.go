@@ -242,6 +242,15 @@ const DefaultQuickQuality = 80
 // nothing. Quick never returns an error; safe for concurrent use. It costs
 // one encode and one SSIM, about a quarter of the search.
 func Quick(in []byte, o ImageOptions, quality int) ImageResult {
+	return targetSearch(in, o, codec{qualities: []int{quality}, encode: (*encoder).webp}, -1, TypeWebP)
+}
+
+// targetSearch is AVIF's and Quick's one course: nothing without a target
+// (SkipNoTarget), open's checks, then cd's search for the smallest lossy
+// candidate at o.Target and o.TileFloor of at most len(in)*(1-o.MinSaving)
+// bytes and, when maxBytes is not negative, at most maxBytes, served as
+// contentType (chosen).
+func targetSearch(in []byte, o ImageOptions, cd codec, maxBytes int, contentType string) ImageResult {
 	if o.Target <= 0 {
 		return ImageResult{Body: in, Format: Sniff(in), Skip: SkipNoTarget}
 	}
@@ -251,8 +260,11 @@ func Quick(in []byte, o ImageOptions, quality int) ImageResult {
 	}
 	defer e.close()
 	limit := int(float64(len(in)) * (1 - o.MinSaving))
-	c, err := e.search(codec{qualities: []int{quality}, encode: (*encoder).webp}, o.Target, o.TileFloor, limit, false)
-	return res.chosen(e, c, err, limit, TypeWebP)
+	if maxBytes >= 0 && maxBytes < limit {
+		limit = maxBytes
+	}
+	c, err := e.search(cd, o.Target, o.TileFloor, limit, false)
+	return res.chosen(e, c, err, limit, contentType)
 }
 
 // open checks in's format, header and pixel count and decodes it: the
@@ -319,20 +331,11 @@ var AVIFQualities = []int{10, 20, 30, 40, 50, 55, 60, 65, 70, 75, 80, 85, 90, 95
 // CPU (README "AVIF"), so pepd runs it behind the response
 // (Options.AVIF).
 func AVIF(in []byte, o ImageOptions, webp ImageResult) ImageResult {
-	if o.Target <= 0 {
-		return ImageResult{Body: in, Format: Sniff(in), Skip: SkipNoTarget}
+	maxBytes := -1
+	if webp.Skip == "" {
+		maxBytes = len(webp.Body) - 1
 	}
-	res, e := open(in, o)
-	if e == nil {
-		return res
-	}
-	defer e.close()
-	limit := int(float64(len(in)) * (1 - o.MinSaving))
-	if webp.Skip == "" && len(webp.Body)-1 < limit {
-		limit = len(webp.Body) - 1
-	}
-	c, err := e.search(avifCodec, o.Target, o.TileFloor, limit, false)
-	return res.chosen(e, c, err, limit, TypeAVIF)
+	return targetSearch(in, o, avifCodec, maxBytes, TypeAVIF)
 }
 
 // chosen is the one ending of Image and AVIF: res with the encoder's
