@@ -54,44 +54,35 @@ func TestOptimizerSection(t *testing.T) {
 	if strings.Contains(sec, "| url | ") {
 		t.Errorf("a row for the mode without the optimizer:\n%s", sec)
 	}
-	// Link waits (optimize.link_deadline) get a column once a load has one.
-	for i := range recs {
-		if recs[i].Mode == "url-https-k1+opt" {
-			recs[i].OptLinkWaits = 3
+	// with sets a counter on mode's records, and the section must then
+	// hold the lines want.
+	with := func(what, mode string, set func(*Record), want ...string) {
+		t.Helper()
+		for i := range recs {
+			if recs[i].Mode == mode {
+				set(&recs[i])
+			}
+		}
+		md, err := Generate(r, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range want {
+			if !bytes.Contains(md, []byte(s)) {
+				t.Errorf("with %s, the optimizer section lacks %q", what, s)
+			}
 		}
 	}
-	md, err = Generate(r, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{
+	// Link waits (optimize.link_deadline) get a column once a load has one.
+	with("link waits", "url-https-k1+opt", func(r *Record) { r.OptLinkWaits = 3 },
 		"| mode | loads | transformed | link waits | deferred | not smaller | overload |",
 		"| url+opt | 2 | 80 | 0 | 4 | 10 | 0 |",
-		"| url-https-k1+opt | 2 | 20 | 6 | 40 | 0 | 30 |",
-	} {
-		if !bytes.Contains(md, []byte(s)) {
-			t.Errorf("with link waits, the optimizer section lacks %q", s)
-		}
-	}
+		"| url-https-k1+opt | 2 | 20 | 6 | 40 | 0 | 30 |")
 	// Quick WebPs (optimize.quick_quality) get a column before it.
-	for i := range recs {
-		if recs[i].Mode == "url+opt" {
-			recs[i].OptQuick = 7
-		}
-	}
-	md, err = Generate(r, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{
+	with("quick WebPs", "url+opt", func(r *Record) { r.OptQuick = 7 },
 		"| mode | loads | transformed | quick | link waits | deferred | not smaller | overload |",
 		"| url+opt | 2 | 80 | 14 | 0 | 4 | 10 | 0 |",
-		"| url-https-k1+opt | 2 | 20 | 0 | 6 | 40 | 0 | 30 |",
-	} {
-		if !bytes.Contains(md, []byte(s)) {
-			t.Errorf("with quick WebPs, the optimizer section lacks %q", s)
-		}
-	}
+		"| url-https-k1+opt | 2 | 20 | 0 | 6 | 40 | 0 | 30 |")
 	r.Records = recs[:1]
 	if md, err := Generate(r, t.TempDir()); err != nil || bytes.Contains(md, []byte("The optimizer's outcomes")) {
 		t.Errorf("results without counters: err %v, section present %v", err, bytes.Contains(md, []byte("The optimizer's outcomes")))
