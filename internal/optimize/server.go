@@ -140,10 +140,11 @@ type Options struct {
 	// (Quick) in a pool of its own (Workers running, Queue waiting), never
 	// behind the searches for the next miss, served if it reaches the SSIM
 	// target and finishes within the response's wait (its cost predicted
-	// by that pool's backlog from earlier quick encodes). It is marked DeferredHeader, so Squid
-	// does not store it: the next miss gets the search's smaller result.
-	// Zero: the original, as before session 24. Needs Image.Target above
-	// 0. Counted by pep_optimize_quick_total{outcome}.
+	// by that pool's backlog from earlier quick encodes). It is marked
+	// DeferredHeader, so Squid does not store it: the next miss gets the
+	// search's smaller result. Zero: the original, as before session 24.
+	// Needs Image.Target above 0. Counted by
+	// pep_optimize_quick_total{outcome}.
 	QuickQuality int
 	// ByArrival starts waiting transforms in the order they arrived
 	// (config optimize.order: arrival, pepd's default). False starts the
@@ -220,7 +221,7 @@ type Server struct {
 	// Options.Workers running and Queue waiting: a stylesheet's gzip (about
 	// a millisecond) never waits behind a page's image transcodes.
 	webp, text *workPool
-	// quick bounds the quick WebPs (Options.QuickQuality) apart from the
+	// quickPool bounds the quick WebPs (Options.QuickQuality) apart from the
 	// searches, Workers running and Queue waiting: a quick encode never
 	// waits for a worker behind a search for the next miss, which can
 	// take half a second; the kernel shares the cores between them.
@@ -774,8 +775,9 @@ const (
 // quick returns the quick WebP of an image body whose search the backlog
 // sent to the next miss (Options.QuickQuality), or a result with skip
 // SkipBacklog when there is none by deadline: predicted too late from the
-// backlog ahead at rank (format's "quick/" cost line, learnt from earlier
-// quick encodes), not finished in time, below the target or not smaller.
+// quick pool's backlog ahead at rank (format's cost line, learnt from
+// earlier quick encodes), not finished in time, below the target or not
+// smaller.
 // The quick encode runs in its own pool (Server.quickPool), at urgency,
 // never behind the searches for the next miss; concurrent requests for
 // one body share it. Its result is not kept.
