@@ -116,6 +116,12 @@ const (
 	SkipNoTarget    = "no ssim target"   // AVIF asked with optimize.ssim_target 0 (the fixed rule makes WebP only)
 )
 
+// skipReasons lists every Skip reason, for the metric's series at 0 (a
+// reason added above belongs here too).
+var skipReasons = []string{SkipNotSmaller, SkipPixels, SkipUndecodable, SkipFormat, SkipAnimated,
+	SkipTooLarge, SkipOverload, SkipDeferred, SkipBacklog, SkipNoTransform, SkipRange, SkipEncoded,
+	SkipExcluded, SkipNoAccept, SkipSmall, SkipNoTarget}
+
 // ImageResult is the outcome of Image: Body and ContentType are what to
 // serve; Skip is empty when Body is the transcoded image (TypeWebP,
 // TypeJPEG for Image's JPEG fallback, TypeAVIF from AVIF), else the

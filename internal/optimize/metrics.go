@@ -75,6 +75,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	// Every reason and outcome is exported from the start, at 0, so that a
+	// dashboard's rate shows 0 before the first one rather than no series.
+	for _, r := range skipReasons {
+		m.skipped.WithLabelValues(r)
+	}
+	for _, o := range []string{QuickServed, QuickMissed, QuickLate, QuickOverload} {
+		m.quicks.WithLabelValues(o)
+	}
 	return m, nil
 }
 
@@ -124,13 +132,14 @@ func (m *Metrics) avifQueueDepth(d float64) {
 	}
 }
 
-// linkWait records a response whose wait its subscriber's link lengthened.
+// quick counts one quick WebP's outcome (QuickServed, ...).
 func (m *Metrics) quick(outcome string) {
 	if m != nil {
 		m.quicks.WithLabelValues(outcome).Inc()
 	}
 }
 
+// linkWait records a response whose wait its subscriber's link lengthened.
 func (m *Metrics) linkWait() {
 	if m != nil {
 		m.linkWaits.Inc()
