@@ -391,14 +391,42 @@ func TestServerWait(t *testing.T) {
 	if got, _ := s.wait(10_000, "a", 1<<20); got != 100*time.Millisecond {
 		t.Errorf("LinkDeadline 0: wait %v, want the deadline", got)
 	}
+
+	// LinkFloor: a fast link shortens the wait, down to the floor; a slow
+	// one keeps the deadline (and LinkDeadline still lengthens it).
+	for _, tc := range []struct {
+		linkDeadline time.Duration
+		rate         uint64
+		n            int
+		want         time.Duration
+	}{
+		{0, 0, 20_000, 100 * time.Millisecond},                      // no rate: the deadline
+		{0, 1_500_000, 30_000, 20 * time.Millisecond},               // LTE, 30 kB: its transfer time
+		{0, 1_500_000, 3_000, 10 * time.Millisecond},                // LTE, 3 kB: 2 ms on the link, the floor
+		{0, 200_000, 10_000, 50 * time.Millisecond},                 // 3G, 10 kB
+		{0, 200_000, 100_000, 100 * time.Millisecond},               // 3G, 100 kB: the deadline, no LinkDeadline
+		{2 * time.Second, 200_000, 100_000, 500 * time.Millisecond}, // with LinkDeadline: its transfer time
+	} {
+		s := &Server{o: Options{Deadline: 100 * time.Millisecond, LinkDeadline: tc.linkDeadline, LinkFloor: 10 * time.Millisecond}, links: map[string]int64{}}
+		got, leave := s.wait(tc.rate, "a", tc.n)
+		leave()
+		if got != tc.want {
+			t.Errorf("LinkFloor 10ms, LinkDeadline %v: wait(%d B/s, %d B) = %v, want %v", tc.linkDeadline, tc.rate, tc.n, got, tc.want)
+		}
+	}
+	// The floor at or above the deadline does nothing.
+	s = &Server{o: Options{Deadline: 100 * time.Millisecond, LinkFloor: 100 * time.Millisecond}, links: map[string]int64{}}
+	if got, _ := s.wait(1_500_000, "a", 3_000); got != 100*time.Millisecond {
+		t.Errorf("LinkFloor = Deadline: wait %v, want the deadline", got)
+	}
 }
 
 // TestServerLinkDeadline: with the transform held up past Deadline, a
 // request whose subscriber's link is slow (LinkRateHeader: the photo takes
 // seconds on it) waits and gets the WebP (and counts as waiting no more
 // once served), one on a fast link is served the
-// original at Deadline, and without LinkDeadline the slow link's waits
-// Deadline too.
+// original at Deadline (before it with LinkFloor), and without
+// LinkDeadline the slow link's waits Deadline too.
 func TestServerLinkDeadline(t *testing.T) {
 	photo := readTestdata(t, "photo.jpg")
 	handlers := map[string]http.HandlerFunc{"/photo.jpg": serveBytes(TypeJPEG, photo)}
@@ -406,17 +434,18 @@ func TestServerLinkDeadline(t *testing.T) {
 	slow := uint64(float64(len(photo)) / testenv.Scale(5*time.Second).Seconds()) // the photo takes 5 s
 	fast := uint64(len(photo)) * 100                                             // 10 ms
 	for _, tc := range []struct {
-		name         string
-		linkDeadline time.Duration
-		rate         uint64
-		wantWebP     bool
+		name                    string
+		linkDeadline, linkFloor time.Duration
+		rate                    uint64
+		wantWebP                bool
 	}{
-		{"slow link", testenv.Scale(20 * time.Second), slow, true},
-		{"fast link", testenv.Scale(20 * time.Second), fast, false},
-		{"slow link, no link_deadline", 0, slow, false},
+		{"slow link", testenv.Scale(20 * time.Second), 0, slow, true},
+		{"fast link", testenv.Scale(20 * time.Second), 0, fast, false},
+		{"fast link, link_floor", testenv.Scale(20 * time.Second), deadline / 10, fast, false},
+		{"slow link, no link_deadline", 0, 0, slow, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := startServerWorld(t, Options{Workers: 1, Deadline: deadline, LinkDeadline: tc.linkDeadline, DeferLate: true}, handlers)
+			w := startServerWorld(t, Options{Workers: 1, Deadline: deadline, LinkDeadline: tc.linkDeadline, LinkFloor: tc.linkFloor, DeferLate: true}, handlers)
 			free := w.s.webp.occupy(1, 0) // the one worker busy for hold
 			released := make(chan struct{})
 			go func() { time.Sleep(hold); free(); close(released) }()
@@ -440,11 +469,18 @@ func TestServerLinkDeadline(t *testing.T) {
 			if tc.wantWebP && took < hold {
 				t.Errorf("the WebP after %v, before the worker was free (%v)", took, hold)
 			}
-			if !tc.wantWebP && (took < deadline || took >= hold) {
+			switch {
+			case tc.wantWebP:
+			case tc.linkFloor > 0 && took >= deadline:
+				t.Errorf("the original after %v, want before the deadline %v (link_floor %v)", took, deadline, tc.linkFloor)
+			case tc.linkFloor == 0 && (took < deadline || took >= hold):
 				t.Errorf("the original after %v, want at the deadline %v", took, deadline)
 			}
 			if got, want := testutil.ToFloat64(w.m.linkWaits), map[bool]float64{true: 1}[tc.wantWebP]; got != want {
 				t.Errorf("link_waits_total = %v, want %v", got, want)
+			}
+			if got, want := testutil.ToFloat64(w.m.linkShortWaits), map[bool]float64{true: 1}[tc.linkFloor > 0]; got != want {
+				t.Errorf("link_short_waits_total = %v, want %v", got, want)
 			}
 			w.s.linksMu.Lock()
 			if len(w.s.links) != 0 {

@@ -69,6 +69,12 @@ type Config struct {
 	// and at most LinkDeadline (Options.LinkDeadline). 0: Deadline alone.
 	// Default 0.
 	LinkDeadline time.Duration `yaml:"link_deadline"`
+	// LinkFloor, when above 0 and below Deadline, lets a response on a
+	// fast link wait less: with the subscriber's downlink rate known, up
+	// to the time that link needs for the originals of the subscriber's
+	// waiting responses and this one, at least LinkFloor
+	// (Options.LinkFloor). 0: Deadline is the least wait. Default 0.
+	LinkFloor time.Duration `yaml:"link_floor"`
 	// DeferEarly serves a response untransformed at once, without waiting
 	// for the deadline, when the work queued ahead of its transform
 	// predicts that it would finish after the deadline (reason "backlog");
@@ -134,6 +140,7 @@ func (c Config) Validate() error {
 		field.Check(c.QuickQuality < 0 || c.QuickQuality > 100, "quick_quality", "%d is outside 0..100 (0: off)", c.QuickQuality),
 		field.Check(c.Deadline < 0, "deadline", "%v must not be negative", c.Deadline),
 		field.Check(c.LinkDeadline < 0, "link_deadline", "%v must not be negative", c.LinkDeadline),
+		field.Check(c.LinkFloor < 0 || c.LinkFloor > 0 && c.LinkFloor >= c.Deadline, "link_floor", "%v must be 0 (off) or between 0 and deadline (%v)", c.LinkFloor, c.Deadline),
 		field.Check(c.Order != "urgency" && c.Order != "arrival", "order", "%q: want urgency or arrival", c.Order),
 		field.Check(c.ResultBytes < 0, "result_bytes", "%d must not be negative", c.ResultBytes),
 		field.Check(c.AVIF && c.SSIMTarget == 0, "avif", "needs optimize.ssim_target above 0 (AVIF is chosen by the SSIM target)"),
@@ -157,7 +164,7 @@ func (c Config) Options() Options {
 		Image: ImageOptions{Target: c.SSIMTarget, TileFloor: c.SSIMTileFloor, Quality: c.Quality,
 			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
 		BrotliQuality: c.BrotliQuality,
-		MaxBodyBytes:  int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline, LinkDeadline: c.LinkDeadline,
+		MaxBodyBytes:  int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline, LinkDeadline: c.LinkDeadline, LinkFloor: c.LinkFloor,
 		DeferLate: !c.DeferEarly, ByArrival: c.Order == "arrival", ResultBytes: int64(c.ResultBytes),
 		AVIF: AVIFOptions{Enabled: c.AVIF, Workers: c.AVIFWorkers, Queue: c.AVIFQueue},
 	}

@@ -22,7 +22,9 @@ type Metrics struct {
 	backlog    *prometheus.GaugeVec // transform
 	busy       prometheus.Gauge
 	linkWaits  prometheus.Counter
-	quicks     *prometheus.CounterVec // outcome
+	// linkShortWaits counts the waits Options.LinkFloor shortened.
+	linkShortWaits prometheus.Counter
+	quicks         *prometheus.CounterVec // outcome
 }
 
 // NewMetrics registers the optimizer's series with reg:
@@ -39,6 +41,7 @@ type Metrics struct {
 //	pep_optimize_running                                 transforms running on a worker (WebP, text and AVIF; with the queue depths 0: the optimizer is idle)
 //	pep_optimize_quick_total{outcome}                    image responses turned away by the backlog that tried the quick WebP (QuickServed, QuickMissed, QuickLate, QuickOverload)
 //	pep_optimize_link_waits_total                        responses allowed a wait above optimize.deadline by their subscriber's link rate (Options.LinkDeadline)
+//	pep_optimize_link_short_waits_total                  responses given a wait below optimize.deadline by their subscriber's link rate (Options.LinkFloor)
 //	pep_optimize_backlog_seconds{transform}              estimated work of the WebP (webp), text (gzip: gzip and brotli) or quick WebP (quick) transforms waiting and running, seconds (what SkipBacklog predicts from)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
@@ -67,10 +70,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by pool (webp; gzip: the text transforms, gzip and brotli; quick: the quick WebPs)."}, []string{"transform"}),
 		quicks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "quick_total",
 			Help: "Image responses the backlog turned away that tried the quick WebP (optimize.quick_quality), by outcome: served (reached the SSIM target in time; not stored), missed (below the target or not smaller), late (predicted or found past the wait), overload (queue full)."}, []string{"outcome"}),
+		linkShortWaits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "link_short_waits_total",
+			Help: "Responses given a wait for their transform shorter than optimize.deadline, by their subscriber's downlink rate (optimize.link_floor): the link needs less than the deadline for the originals of that subscriber's waiting responses and this one."}),
 		linkWaits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "link_waits_total",
 			Help: "Responses allowed to wait for their transform longer than optimize.deadline, by their subscriber's downlink rate (optimize.link_deadline): the link needs longer than the deadline for the originals of that subscriber's waiting responses and this one."}),
 	}
-	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog, m.busy, m.linkWaits, m.quicks} {
+	for _, c := range []prometheus.Collector{m.bytes, m.transforms, m.skipped, m.seconds, m.depth, m.served, m.reuse, m.avifs, m.avifDepth, m.backlog, m.busy, m.linkWaits, m.linkShortWaits, m.quicks} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -143,6 +148,14 @@ func (m *Metrics) quick(outcome string) {
 func (m *Metrics) linkWait() {
 	if m != nil {
 		m.linkWaits.Inc()
+	}
+}
+
+// linkShortWait records a response whose wait its subscriber's link
+// shortened.
+func (m *Metrics) linkShortWait() {
+	if m != nil {
+		m.linkShortWaits.Inc()
 	}
 }
 

@@ -83,6 +83,12 @@ func TestOptimizerSection(t *testing.T) {
 		"| mode | loads | transformed | quick | link waits | deferred | not smaller | overload |",
 		"| url+opt | 2 | 80 | 14 | 0 | 4 | 10 | 0 |",
 		"| url-https-k1+opt | 2 | 20 | 0 | 6 | 40 | 0 | 30 |")
+	// Short waits (optimize.link_floor) get one after the link waits.
+	with("short waits", "url+opt", func(r *Record) { r.OptLinkShortWaits = 5 },
+		"| mode | loads | transformed | quick | link waits | short waits | deferred | not smaller | overload |",
+		"| url+opt | 2 | 80 | 14 | 0 | 10 | 4 | 10 | 0 |",
+		"| url-https-k1+opt | 2 | 20 | 0 | 6 | 0 | 40 | 0 | 30 |",
+		"Short waits (pep_optimize_link_short_waits_total)")
 	r.Records = recs[:1]
 	if md, err := Generate(r, t.TempDir()); err != nil || bytes.Contains(md, []byte("The optimizer's outcomes")) {
 		t.Errorf("results without counters: err %v, section present %v", err, bytes.Contains(md, []byte("The optimizer's outcomes")))

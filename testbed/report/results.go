@@ -126,6 +126,10 @@ type Record struct {
 	// optimize.deadline because their subscriber's link is slow
 	// (pep_optimize_link_waits_total; optimize.link_deadline).
 	OptLinkWaits int `json:"opt_link_waits,omitempty"`
+	// OptLinkShortWaits is the responses the optimizer let wait less than
+	// optimize.deadline, by their subscriber's link rate, during this load
+	// (pep_optimize_link_short_waits_total; optimize.link_floor).
+	OptLinkShortWaits int `json:"opt_link_short_waits,omitempty"`
 	// OptQuick is the transformed responses that were the quick WebP of an
 	// image the backlog turned away, served unstored
 	// (pep_optimize_quick_total{outcome="served"}; optimize.quick_quality),

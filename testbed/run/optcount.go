@@ -21,6 +21,7 @@ type optCounts struct {
 	transformed float64
 	skipped     map[string]float64
 	linkWaits   float64 // pep_optimize_link_waits_total
+	shortWaits  float64 // pep_optimize_link_short_waits_total
 	quick       float64 // pep_optimize_quick_total{outcome="served"}
 }
 
@@ -42,8 +43,9 @@ func parseOptCounts(m string) (optCounts, error) {
 		name, v := l[:i], l[i+1:]
 		reason, isSkip := strings.CutPrefix(name, `pep_optimize_skipped_total{reason="`)
 		isWait := name == "pep_optimize_link_waits_total"
+		isShort := name == "pep_optimize_link_short_waits_total"
 		isQuick := name == `pep_optimize_quick_total{outcome="served"}`
-		if !isSkip && !isWait && !isQuick && !strings.HasPrefix(name, "pep_optimize_transforms_total{") {
+		if !isSkip && !isWait && !isShort && !isQuick && !strings.HasPrefix(name, "pep_optimize_transforms_total{") {
 			continue
 		}
 		f, err := strconv.ParseFloat(v, 64)
@@ -55,6 +57,8 @@ func parseOptCounts(m string) (optCounts, error) {
 			c.skipped[strings.TrimSuffix(reason, `"}`)] += f
 		case isWait:
 			c.linkWaits = f
+		case isShort:
+			c.shortWaits = f
 		case isQuick:
 			c.quick = f
 		default:
@@ -70,6 +74,7 @@ func parseOptCounts(m string) (optCounts, error) {
 func creditOpt(r *report.Record, before, after optCounts) {
 	r.OptTransformed += int(after.transformed - before.transformed)
 	r.OptLinkWaits += int(after.linkWaits - before.linkWaits)
+	r.OptLinkShortWaits += int(after.shortWaits - before.shortWaits)
 	r.OptQuick += int(after.quick - before.quick)
 	for reason, n := range after.skipped {
 		if d := int(n - before.skipped[reason]); d > 0 {

@@ -34,12 +34,12 @@ func TestOptCounts(t *testing.T) {
 		t.Errorf("link waits %v before pepd had the counter, want 0", c.linkWaits)
 	}
 	next, _ := parseOptCounts(strings.NewReplacer(`"deferred"} 31`, `"deferred"} 40`, `image/png"} 77`, `image/png"} 80`,
-		`pep_optimize_skipped_total{reason="animated"} 5`+"\n", "").Replace(string(b)) + "pep_optimize_link_waits_total 4\n" +
+		`pep_optimize_skipped_total{reason="animated"} 5`+"\n", "").Replace(string(b)) + "pep_optimize_link_waits_total 4\n" + "pep_optimize_link_short_waits_total 6\n" +
 		`pep_optimize_quick_total{outcome="served"} 2` + "\n" + `pep_optimize_quick_total{outcome="late"} 7` + "\n")
 	var r report.Record
 	creditOpt(&r, c, next)
-	if r.OptTransformed != 3 || !maps.Equal(r.OptSkipped, map[string]int{"deferred": 9}) || r.OptLinkWaits != 4 || r.OptQuick != 2 {
-		t.Errorf("credited %d, %v, link waits %d, quick %d; want 3, deferred 9, 4, 2 (the served ones alone)", r.OptTransformed, r.OptSkipped, r.OptLinkWaits, r.OptQuick)
+	if r.OptTransformed != 3 || !maps.Equal(r.OptSkipped, map[string]int{"deferred": 9}) || r.OptLinkWaits != 4 || r.OptLinkShortWaits != 6 || r.OptQuick != 2 {
+		t.Errorf("credited %d, %v, link waits %d, short waits %d, quick %d; want 3, deferred 9, 4, 6, 2 (the served ones alone)", r.OptTransformed, r.OptSkipped, r.OptLinkWaits, r.OptLinkShortWaits, r.OptQuick)
 	}
 }
 
