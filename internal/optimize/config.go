@@ -73,7 +73,10 @@ type Config struct {
 	// fast link wait less: with the subscriber's downlink rate known, up
 	// to the time that link needs for the originals of the subscriber's
 	// waiting responses and this one, at least LinkFloor
-	// (Options.LinkFloor). 0: Deadline is the least wait. Default 0.
+	// (Options.LinkFloor). 0, or at least Deadline: Deadline is the least
+	// wait. Default 0: on 3G it cost 1 % of radio bytes for no PLT or LCP
+	// change beyond the repeat; on LTE it shortened PLT and LCP by 2-4 %
+	// (testbed/README.md, session 25), so an LTE gateway sets 10ms.
 	LinkFloor time.Duration `yaml:"link_floor"`
 	// DeferEarly serves a response untransformed at once, without waiting
 	// for the deadline, when the work queued ahead of its transform
@@ -140,7 +143,7 @@ func (c Config) Validate() error {
 		field.Check(c.QuickQuality < 0 || c.QuickQuality > 100, "quick_quality", "%d is outside 0..100 (0: off)", c.QuickQuality),
 		field.Check(c.Deadline < 0, "deadline", "%v must not be negative", c.Deadline),
 		field.Check(c.LinkDeadline < 0, "link_deadline", "%v must not be negative", c.LinkDeadline),
-		field.Check(c.LinkFloor < 0 || c.LinkFloor > 0 && c.LinkFloor >= c.Deadline, "link_floor", "%v must be 0 (off) or between 0 and deadline (%v)", c.LinkFloor, c.Deadline),
+		field.Check(c.LinkFloor < 0, "link_floor", "%v must not be negative", c.LinkFloor),
 		field.Check(c.Order != "urgency" && c.Order != "arrival", "order", "%q: want urgency or arrival", c.Order),
 		field.Check(c.ResultBytes < 0, "result_bytes", "%d must not be negative", c.ResultBytes),
 		field.Check(c.AVIF && c.SSIMTarget == 0, "avif", "needs optimize.ssim_target above 0 (AVIF is chosen by the SSIM target)"),
