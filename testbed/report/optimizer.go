@@ -113,6 +113,7 @@ type optColumn struct {
 	val        func(OptRow) int
 }
 
+// optColumns are those columns, in the table's order.
 var optColumns = []optColumn{
 	{"quick", "Quick (pep_optimize_quick_total{outcome=\"served\"}, counted in transformed): images the backlog turned away that got one lossy WebP at optimize.quick_quality within the wait, at the SSIM target, served unstored while the search went on for the next miss.",
 		func(x OptRow) int { return x.Quick }},
