@@ -623,15 +623,14 @@ func (s *Server) wait(rate uint64, sub string, n int) (_ time.Duration, leave fu
 		s.linksMu.Unlock()
 	}
 	t := time.Duration(float64(queued) / float64(rate) * float64(time.Second))
+	w := min(max(t, lo), hi)
 	switch {
-	case t > d && hi > d:
+	case w > d:
 		s.o.Metrics.linkWait()
-		return min(t, hi), leave
-	case t < d && lo < d:
+	case w < d:
 		s.o.Metrics.linkShortWait()
-		return max(t, lo), leave
 	}
-	return d, leave
+	return w, leave
 }
 
 // transform runs the transform t on body, whose content coding is enc
