@@ -479,7 +479,9 @@ func perfPerRequest(out string, n int) string {
 //   - tls-h1: HTTP/1.1 over TLS to the VIP (--h1, 8 connections);
 //   - h2-c8m1: HTTP/2 over TLS, 8 connections with 1 stream each;
 //   - h2-c1m8: HTTP/2 over TLS, 1 connection with 8 streams (a browser's
-//     shape: one connection per origin, its requests multiplexed).
+//     shape: one connection per origin, its requests multiplexed);
+//   - h2-c1m8-unbatched: the same with the TLS connections' writes not
+//     batched (Server.unbatched; batchConn's peer in the same run).
 //
 // pepd runs in this process with GOMAXPROCS 1 (pepd's procs setting on an
 // appliance where Squid has the other core); the CPU counted is this
@@ -521,12 +523,14 @@ func BenchmarkH2CPU(b *testing.B) {
 		url            string
 		conns, streams int
 		h1             bool
+		unbatched      bool // TLS connections without batchConn (the peer of the batched writes)
 	}
 	phases := []phaseDef{
-		{"relay-h1", relayURL, 8, 1, true},
-		{"tls-h1", tlsURL, 8, 1, true},
-		{"h2-c8m1", tlsURL, 8, 1, false},
-		{"h2-c1m8", tlsURL, 1, 8, false},
+		{"relay-h1", relayURL, 8, 1, true, false},
+		{"tls-h1", tlsURL, 8, 1, true, false},
+		{"h2-c8m1", tlsURL, 8, 1, false, false},
+		{"h2-c1m8", tlsURL, 1, 8, false, false},
+		{"h2-c1m8-unbatched", tlsURL, 1, 8, false, true},
 	}
 	if v := os.Getenv("PEP_BENCH_PHASES"); v != "" {
 		keep := phases[:1]
@@ -539,6 +543,7 @@ func BenchmarkH2CPU(b *testing.B) {
 	}
 	// Warm: Squid's cache, pepd's resolver cache, the upstream pool.
 	for _, ph := range phases {
+		p.Srv.unbatched.Store(ph.unbatched)
 		runH2loadP99(b, ph.url, time.Second, ph.conns, ph.streams, ph.h1)
 	}
 	d := time.Duration(secs) * time.Second
@@ -562,6 +567,7 @@ func BenchmarkH2CPU(b *testing.B) {
 					b.Fatalf("perf: %v", err)
 				}
 			}
+			p.Srv.unbatched.Store(ph.unbatched)
 			s0, p0 := procCPU(b, squidPid), procCPU(b, self)
 			r := runH2loadP99(b, ph.url, d, ph.conns, ph.streams, ph.h1)
 			s1, p1 := procCPU(b, squidPid), procCPU(b, self)
@@ -584,10 +590,10 @@ func BenchmarkH2CPU(b *testing.B) {
 		b.ReportMetric(m.pep, ph.label+"-pep-µs/req")
 		b.ReportMetric(m.ratio, ph.label+"-ratio")
 		b.ReportMetric(float64(m.p99.Microseconds()), ph.label+"-p99-µs")
-		b.Logf("%-8s pepd %6.1f µs/req (x%.2f relay-h1; min x%.2f, max x%.2f over %d rounds), squid %5.1f µs/req, %6.0f req/s, p99 %v",
+		b.Logf("%-17s pepd %6.1f µs/req (x%.2f relay-h1; min x%.2f, max x%.2f over %d rounds), squid %5.1f µs/req, %6.0f req/s, p99 %v",
 			ph.label, m.pep, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), m.squid, m.rate, m.p99)
 		if sc := syscalls[ph.label]; sc != "" {
-			b.Logf("%-8s system calls per request (last round): %s", ph.label, sc)
+			b.Logf("%-17s system calls per request (last round): %s", ph.label, sc)
 		}
 	}
 	b.Logf("upstream connections to squid opened: %v", testutilValue(p.M.upstreamConns))

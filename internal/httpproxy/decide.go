@@ -259,8 +259,8 @@ func (p *Proxy) isVIPHost(host string, local netip.AddrPort) bool {
 			return true
 		}
 	}
-	a, err := netip.ParseAddr(h)
-	return err == nil && (a.Unmap() == p.vip || local.IsValid() && a.Unmap() == local.Addr())
+	a, ok := ipLiteral(h)
+	return ok && (a.Unmap() == p.vip || local.IsValid() && a.Unmap() == local.Addr())
 }
 
 // hostURL builds http://host/path?query from a Host value and the
@@ -300,7 +300,7 @@ func hostURL(host string, r *http.Request) (*url.URL, error) {
 
 // validHostName accepts letters, digits, '.', '-', '_' and IP literals.
 func validHostName(h string) bool {
-	if _, err := netip.ParseAddr(h); err == nil {
+	if _, ok := ipLiteral(h); ok {
 		return true
 	}
 	if len(h) > 253 {

@@ -49,6 +49,19 @@ type lookup struct {
 	expires time.Time
 }
 
+// ipLiteral parses s as an IP address literal (netip.ParseAddr: dotted
+// IPv4, IPv6 with an optional zone). A host name, which has no ':' and
+// ends in a letter (its top-level label), is rejected without parsing:
+// ParseAddr's error for it costs an allocation and a message on every
+// request that names a host.
+func ipLiteral(s string) (netip.Addr, bool) {
+	if s == "" || strings.IndexByte(s, ':') < 0 && (s[len(s)-1] < '0' || s[len(s)-1] > '9') {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s)
+	return a, err == nil
+}
+
 // maxCache bounds the number of cached names; at the bound, expired
 // entries are dropped, and if none expired the whole cache is.
 const maxCache = 100000
@@ -57,7 +70,7 @@ const maxCache = 100000
 // literal, which is returned as it is). Errors: ErrNXDomain, or a failure
 // to reach every server (prefix "httpproxy:").
 func (r *Resolver) Lookup(ctx context.Context, name string) ([]netip.Addr, error) {
-	if a, err := netip.ParseAddr(strings.Trim(name, "[]")); err == nil {
+	if a, ok := ipLiteral(strings.Trim(name, "[]")); ok {
 		return []netip.Addr{a.Unmap()}, nil
 	}
 	name = strings.ToLower(dns.Fqdn(name))

@@ -179,6 +179,9 @@ type Server struct {
 	mu        sync.Mutex
 	relayed   map[*conn]struct{}    // connections the relay serves now
 	listeners map[net.Listener]bool // being served by Serve
+	// unbatched serves new TLS connections without batchConn: the
+	// benchmark's peer phase (BenchmarkH2CPU h2-c1m8-unbatched).
+	unbatched atomic.Bool
 }
 
 // NewServer returns a Server for p. m may be nil (not counted).
@@ -259,6 +262,8 @@ func baseConn(c net.Conn) *conn {
 		return baseConn(c.NetConn())
 	case *replayConn:
 		return baseConn(c.Conn)
+	case *batchConn:
+		return baseConn(c.Conn)
 	}
 	return nil
 }
@@ -294,7 +299,11 @@ func (s *Server) ServeTLS(c net.Conn, hello []byte, cfg *tls.Config) {
 		return
 	}
 	s.tlsOnce.Do(func() { go s.tlsSrv.Serve(s.tlsHL) })
-	tc := tls.Server(&replayConn{Conn: cc, buf: hello}, cfg)
+	var under net.Conn = newBatchConn(cc)
+	if s.unbatched.Load() {
+		under = cc
+	}
+	tc := tls.Server(&replayConn{Conn: under, buf: hello}, cfg)
 	// The handshake is made here, within ReadHeaderTimeout (what
 	// http.Server would allow it), so that a subscriber that stalls it is
 	// told from a slowloris of HTTP: its timeout is counted as

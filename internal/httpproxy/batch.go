@@ -1,0 +1,146 @@
+package httpproxy
+
+import (
+	"net"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// batchMax bounds the bytes a batchConn queues behind the write in flight:
+// a writer that finds this many queued waits, so that a subscriber that
+// stops reading holds at most two batches per connection, and its writer
+// meets the write deadline's error as it would without batching.
+const batchMax = 64 << 10
+
+// batchGrace bounds how long Close waits for the queued bytes to be
+// written before it closes the connection (a subscriber that reads
+// nothing would otherwise hold Close until the write deadline).
+const batchGrace = time.Second
+
+// batchBufs holds the buffers of bursts in progress: a connection between
+// bursts (an idle HTTP/2 connection) holds none.
+var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// batchConn hands the writes of one burst to its connection in one
+// write(2) (issue 25, CPU per request over HTTP/2). Go's HTTP/2 server
+// flushes its 4 KB buffer whenever its write queue is empty, so a cached
+// response goes out as three writes: the HEADERS frame (the handler waits
+// for it), the DATA frames, and the empty DATA frame with END_STREAM when
+// the handler returns. Each is a TLS record and a system call that, on a
+// short path, also runs the peer's TCP input. Under the TLS connection, a
+// batchConn copies each write into its queue and returns; the burst's
+// first write starts one goroutine that yields once (so that the
+// goroutines the write made runnable add theirs), then writes everything
+// queued, and again while more arrives. With one processor (procs: 1) a
+// response's three writes become one, and the responses of streams that
+// finish together share it.
+//
+// Errors: the first error of a write is returned by every later Write;
+// the bytes that were queued with it are lost with the connection, as
+// those of a failed write(2) are. Deadlines are the connection's: they
+// bound the batch's write. Close lets the queued bytes (a GOAWAY, TLS's
+// close_notify) be written, for at most batchGrace, then closes.
+type batchConn struct {
+	net.Conn
+	mu      sync.Mutex
+	done    sync.Cond     // broadcast when a batch's write ends
+	buf     *[]byte       // queued, not yet written; nil between bursts
+	writing bool          // a goroutine is writing the queue, or about to
+	idle    chan struct{} // closed when writing ends, if Close waits for it
+	err     error         // the first write error, or net.ErrClosed
+}
+
+func newBatchConn(c net.Conn) *batchConn {
+	b := &batchConn{Conn: c}
+	b.done.L = &b.mu
+	return b
+}
+
+// Write queues p and returns len(p), or the error of an earlier write. It
+// waits while batchMax bytes are queued.
+func (b *batchConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.err == nil && b.buf != nil && len(*b.buf) >= batchMax {
+		b.done.Wait()
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	if b.buf == nil {
+		b.buf = batchBufs.Get().(*[]byte)
+	}
+	*b.buf = append(*b.buf, p...)
+	if !b.writing {
+		b.writing = true
+		go b.flush()
+	}
+	return len(p), nil
+}
+
+// flush writes what is queued until nothing is, then returns the buffers.
+func (b *batchConn) flush() {
+	runtime.Gosched()
+	b.mu.Lock()
+	for b.buf != nil && b.err == nil {
+		p := b.buf
+		b.buf = nil
+		b.mu.Unlock()
+		_, err := b.Conn.Write(*p)
+		putBatchBuf(p)
+		b.mu.Lock()
+		if err != nil && b.err == nil {
+			b.err = err
+		}
+		b.done.Broadcast()
+	}
+	if b.buf != nil { // an error: what is queued is lost
+		putBatchBuf(b.buf)
+		b.buf = nil
+	}
+	b.writing = false
+	if b.idle != nil {
+		close(b.idle)
+		b.idle = nil
+	}
+	b.done.Broadcast()
+	b.mu.Unlock()
+}
+
+// putBatchBuf returns p to batchBufs, unless a large burst grew it.
+func putBatchBuf(p *[]byte) {
+	if cap(*p) <= 2*batchMax {
+		*p = (*p)[:0]
+		batchBufs.Put(p)
+	}
+}
+
+// Close waits at most batchGrace for the queued bytes to be written, then
+// closes the connection; later Writes return net.ErrClosed.
+func (b *batchConn) Close() error {
+	b.mu.Lock()
+	var idle chan struct{}
+	if b.writing {
+		if b.idle == nil {
+			b.idle = make(chan struct{})
+		}
+		idle = b.idle
+	}
+	b.mu.Unlock()
+	if idle != nil {
+		t := time.NewTimer(batchGrace)
+		select {
+		case <-idle:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	b.mu.Lock()
+	if b.err == nil {
+		b.err = net.ErrClosed
+	}
+	b.done.Broadcast()
+	b.mu.Unlock()
+	return b.Conn.Close()
+}
