@@ -7,11 +7,12 @@ import (
 	"time"
 )
 
-// batchMax bounds the bytes a batchConn queues behind the write in flight:
-// a writer that finds this many queued waits, so that a subscriber that
-// stops reading holds at most two batches per connection, and its writer
-// meets the write deadline's error as it would without batching.
-const batchMax = 64 << 10
+// batchMax bounds the bytes a batchConn queues before a writer waits for
+// them to be written: about one TLS record (16 KB, RFC 8446 §5.1). Bytes
+// queued here are outside the HTTP/2 write scheduler's control, as bytes
+// in the socket are (radio.notsent_lowat keeps those at 16 KiB), so a
+// stylesheet asked for now waits behind at most this much more.
+const batchMax = 16 << 10
 
 // batchGrace bounds how long Close waits for the queued bytes to be
 // written before it closes the connection (a subscriber that reads
@@ -34,7 +35,7 @@ var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return
 // goroutines the write made runnable add theirs), then writes everything
 // queued, and again while more arrives. With one processor (procs: 1) a
 // response's three writes become one, and the responses of streams that
-// finish together share it.
+// finish together share it, up to batchMax.
 //
 // Errors: the first error of a write is returned by every later Write;
 // the bytes that were queued with it are lost with the connection, as
@@ -47,6 +48,7 @@ type batchConn struct {
 	done    sync.Cond     // broadcast when a batch's write ends
 	buf     *[]byte       // queued, not yet written; nil between bursts
 	writing bool          // a goroutine is writing the queue, or about to
+	inWrite bool          // that goroutine is in the connection's Write
 	idle    chan struct{} // closed when writing ends, if Close waits for it
 	err     error         // the first write error, or net.ErrClosed
 }
@@ -58,11 +60,14 @@ func newBatchConn(c net.Conn) *batchConn {
 }
 
 // Write queues p and returns len(p), or the error of an earlier write. It
-// waits while batchMax bytes are queued.
+// waits while a batch is being written (a socket that takes no more, as
+// on a slow radio link, holds the writer as it would without batching,
+// so the HTTP/2 scheduler keeps choosing what goes next) and while
+// batchMax bytes are queued.
 func (b *batchConn) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.err == nil && b.buf != nil && len(*b.buf) >= batchMax {
+	for b.err == nil && (b.inWrite || b.buf != nil && len(*b.buf) >= batchMax) {
 		b.done.Wait()
 	}
 	if b.err != nil {
@@ -86,10 +91,12 @@ func (b *batchConn) flush() {
 	for b.buf != nil && b.err == nil {
 		p := b.buf
 		b.buf = nil
+		b.inWrite = true
 		b.mu.Unlock()
 		_, err := b.Conn.Write(*p)
 		putBatchBuf(p)
 		b.mu.Lock()
+		b.inWrite = false
 		if err != nil && b.err == nil {
 			b.err = err
 		}

@@ -73,7 +73,9 @@ func (r *Resolver) Lookup(ctx context.Context, name string) ([]netip.Addr, error
 	if a, ok := ipLiteral(strings.Trim(name, "[]")); ok {
 		return []netip.Addr{a.Unmap()}, nil
 	}
-	name = strings.ToLower(dns.Fqdn(name))
+	// The cache's key is the name without its root label's dot:
+	// dns.Fqdn would allocate on every request, for the query only.
+	name = strings.ToLower(strings.TrimSuffix(name, "."))
 	now := r.clock()
 	r.mu.Lock()
 	if r.cache == nil {
@@ -96,7 +98,7 @@ func (r *Resolver) Lookup(ctx context.Context, name string) ([]netip.Addr, error
 		l = &lookup{done: make(chan struct{})}
 		r.cache[name] = l
 		r.mu.Unlock()
-		l.addrs, l.expires, l.err = r.query(name)
+		l.addrs, l.expires, l.err = r.query(dns.Fqdn(name))
 		if l.err != nil && !errors.Is(l.err, ErrNXDomain) {
 			l.expires = now // do not cache failures to reach the resolvers
 		}
