@@ -40,8 +40,9 @@ var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return
 // Errors: the first error of a write is returned by every later Write;
 // the bytes that were queued with it are lost with the connection, as
 // those of a failed write(2) are. Deadlines are the connection's: they
-// bound the batch's write. Close lets the queued bytes (a GOAWAY, TLS's
-// close_notify) be written, for at most batchGrace, then closes.
+// bound the batch's write, and a new write deadline waits for the queued
+// bytes, as Close does: each lets them be written (a GOAWAY, TLS's
+// close_notify) for at most batchGrace.
 type batchConn struct {
 	net.Conn
 	mu      sync.Mutex
@@ -123,9 +124,8 @@ func putBatchBuf(p *[]byte) {
 	}
 }
 
-// Close waits at most batchGrace for the queued bytes to be written, then
-// closes the connection; later Writes return net.ErrClosed.
-func (b *batchConn) Close() error {
+// drain waits at most batchGrace for the queued bytes to be written.
+func (b *batchConn) drain() {
 	b.mu.Lock()
 	var idle chan struct{}
 	if b.writing {
@@ -143,6 +143,29 @@ func (b *batchConn) Close() error {
 		}
 		t.Stop()
 	}
+}
+
+// SetWriteDeadline sets the connection's write deadline once the bytes
+// already written are out (for at most batchGrace): a deadline applies to
+// the writes after it, as on a connection that writes at once. TLS's
+// close_notify is written and then followed by a deadline of now ("any
+// subsequent writes will fail"); without the wait the deadline would fail
+// the queued alert and count a write timeout.
+func (b *batchConn) SetWriteDeadline(t time.Time) error {
+	b.drain()
+	return b.Conn.SetWriteDeadline(t)
+}
+
+// SetDeadline is SetWriteDeadline and SetReadDeadline.
+func (b *batchConn) SetDeadline(t time.Time) error {
+	b.drain()
+	return b.Conn.SetDeadline(t)
+}
+
+// Close waits at most batchGrace for the queued bytes to be written, then
+// closes the connection; later Writes return net.ErrClosed.
+func (b *batchConn) Close() error {
+	b.drain()
 	b.mu.Lock()
 	if b.err == nil {
 		b.err = net.ErrClosed

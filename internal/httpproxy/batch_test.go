@@ -69,6 +69,24 @@ func TestBatchConn(t *testing.T) {
 			t.Fatalf("the peer read %q before the close, want GOAWAY", p)
 		}
 	})
+	t.Run("a deadline after a write", func(t *testing.T) {
+		// TLS's close_notify: the alert, then a write deadline of now.
+		a, z := net.Pipe()
+		defer z.Close()
+		wc := &writeCounter{Conn: a}
+		b := newBatchConn(wc)
+		got := make(chan []byte)
+		go func() { p, _ := io.ReadAll(z); got <- p }()
+		b.Write([]byte("close_notify"))
+		b.SetWriteDeadline(time.Now())
+		if _, err := b.Write([]byte("late")); err != nil {
+			t.Fatalf("a write after the deadline is queued: %v", err)
+		}
+		b.Close()
+		if p := <-got; string(p) != "close_notify" {
+			t.Fatalf("the peer read %q, want the bytes written before the deadline, close_notify", p)
+		}
+	})
 	t.Run("close, a reader that takes nothing", func(t *testing.T) {
 		a, z := net.Pipe()
 		defer z.Close()
