@@ -24,19 +24,27 @@ func (w *writeCounter) Write(p []byte) (int, error) {
 	return w.Conn.Write(p)
 }
 
+// pipePeer returns a batchConn over one end of a net.Pipe, the counter of
+// the writes that reach that end, and what the other end reads until the
+// batchConn is closed.
+func pipePeer(t *testing.T) (*batchConn, *writeCounter, <-chan []byte) {
+	a, z := net.Pipe()
+	t.Cleanup(func() { z.Close() })
+	wc := &writeCounter{Conn: a}
+	got := make(chan []byte, 1)
+	go func() { p, _ := io.ReadAll(z); got <- p }()
+	return newBatchConn(wc), wc, got
+}
+
 // TestBatchConn: the writes of one burst reach the connection as one
-// write, whole and in order; Close writes what is queued; an error of the
-// connection comes back from the next Write; a reader that takes nothing
-// holds the writer at batchMax and fails it at the write deadline.
+// write, whole and in order; Close and a new write deadline let what is
+// queued out first; an error of the connection comes back from the next
+// Write; a reader that takes nothing holds the writer at batchMax and
+// fails it at the write deadline.
 func TestBatchConn(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	t.Run("burst", func(t *testing.T) {
-		a, z := net.Pipe()
-		defer z.Close()
-		wc := &writeCounter{Conn: a}
-		b := newBatchConn(wc)
-		got := make(chan []byte)
-		go func() { p, _ := io.ReadAll(z); got <- p }()
+		b, wc, got := pipePeer(t)
 		// Three writes before the writer yields, as Go's HTTP/2 server
 		// writes HEADERS, DATA and END_STREAM of a response.
 		var want bytes.Buffer
@@ -58,11 +66,7 @@ func TestBatchConn(t *testing.T) {
 		}
 	})
 	t.Run("close writes the queue", func(t *testing.T) {
-		a, z := net.Pipe()
-		defer z.Close()
-		b := newBatchConn(a)
-		got := make(chan []byte)
-		go func() { p, _ := io.ReadAll(z); got <- p }()
+		b, _, got := pipePeer(t)
 		b.Write([]byte("GOAWAY"))
 		b.Close() // before the flush goroutine has run
 		if p := <-got; string(p) != "GOAWAY" {
@@ -71,12 +75,7 @@ func TestBatchConn(t *testing.T) {
 	})
 	t.Run("a deadline after a write", func(t *testing.T) {
 		// TLS's close_notify: the alert, then a write deadline of now.
-		a, z := net.Pipe()
-		defer z.Close()
-		wc := &writeCounter{Conn: a}
-		b := newBatchConn(wc)
-		got := make(chan []byte)
-		go func() { p, _ := io.ReadAll(z); got <- p }()
+		b, _, got := pipePeer(t)
 		b.Write([]byte("close_notify"))
 		b.SetWriteDeadline(time.Now())
 		if _, err := b.Write([]byte("late")); err != nil {
