@@ -35,6 +35,12 @@ func (p *pep) optCounts() (optCounts, error) {
 // error. Label values may hold spaces (reason="not smaller").
 func parseOptCounts(m string) (optCounts, error) {
 	c := optCounts{skipped: map[string]float64{}}
+	// The counters read as they are, one series each.
+	single := map[string]*float64{
+		"pep_optimize_link_waits_total":              &c.linkWaits,
+		"pep_optimize_link_short_waits_total":        &c.shortWaits,
+		`pep_optimize_quick_total{outcome="served"}`: &c.quick,
+	}
 	for _, l := range strings.Split(m, "\n") {
 		i := strings.LastIndexByte(l, ' ')
 		if i < 0 || strings.HasPrefix(l, "#") {
@@ -42,10 +48,8 @@ func parseOptCounts(m string) (optCounts, error) {
 		}
 		name, v := l[:i], l[i+1:]
 		reason, isSkip := strings.CutPrefix(name, `pep_optimize_skipped_total{reason="`)
-		isWait := name == "pep_optimize_link_waits_total"
-		isShort := name == "pep_optimize_link_short_waits_total"
-		isQuick := name == `pep_optimize_quick_total{outcome="served"}`
-		if !isSkip && !isWait && !isShort && !isQuick && !strings.HasPrefix(name, "pep_optimize_transforms_total{") {
+		dst, isSingle := single[name]
+		if !isSkip && !isSingle && !strings.HasPrefix(name, "pep_optimize_transforms_total{") {
 			continue
 		}
 		f, err := strconv.ParseFloat(v, 64)
@@ -55,12 +59,8 @@ func parseOptCounts(m string) (optCounts, error) {
 		switch {
 		case isSkip:
 			c.skipped[strings.TrimSuffix(reason, `"}`)] += f
-		case isWait:
-			c.linkWaits = f
-		case isShort:
-			c.shortWaits = f
-		case isQuick:
-			c.quick = f
+		case isSingle:
+			*dst = f
 		default:
 			c.transformed += f
 		}
