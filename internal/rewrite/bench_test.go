@@ -137,6 +137,7 @@ func BenchmarkResponseGzip(b *testing.B) {
 	}
 	b.SetBytes(int64(total))
 	b.ReportAllocs()
+	cpu0 := cpuTime(b)
 	for b.Loop() {
 		for i := range pages {
 			resp := &http.Response{StatusCode: 200, ContentLength: int64(len(enc[i])),
@@ -147,6 +148,7 @@ func BenchmarkResponseGzip(b *testing.B) {
 			}
 		}
 	}
+	reportCPU(b, cpu0, total)
 }
 
 // BenchmarkTokenizerCopy is the naive baseline on the same pages:

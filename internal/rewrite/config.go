@@ -1,10 +1,11 @@
 package rewrite
 
 import (
-	"compress/gzip"
 	"mime"
 	"strconv"
 	"strings"
+
+	"github.com/klauspost/compress/gzip"
 
 	"pep/internal/config/field"
 )
@@ -29,9 +30,9 @@ type Config struct {
 	HTMLTypes []string `yaml:"html_types"`
 	// CSSTypes are the media types rewritten as CSS. Empty means text/css.
 	CSSTypes []string `yaml:"css_types"`
-	// GzipLevel is the compress/gzip level used to encode a rewritten gzip
-	// body again, 1 (fastest) to 9 (smallest). Zero means 6
-	// (gzip.DefaultCompression).
+	// GzipLevel is the gzip level (klauspost/compress, RFC 1952) used to
+	// encode a rewritten gzip or deflate body again, 1 (fastest) to 9
+	// (smallest). Zero means 6 (gzip.DefaultCompression).
 	GzipLevel int `yaml:"gzip_level"`
 	// BrotliQuality is the brotli quality used to encode a rewritten br body
 	// again, 0 to 11. Zero means 5.
