@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"pep/internal/squiddns"
 	"pep/testbed/browser"
 	"pep/testbed/report"
 	"pep/testbed/run"
@@ -198,7 +200,40 @@ func TestSmoke(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(c.Out, "results.json")); err != nil {
 		t.Error(err)
 	}
+	squidAskedPepd(t, c.Out)
 	if _, err := report.Generate(res, c.Out); err != nil {
 		t.Error(err)
+	}
+}
+
+// squidAskedPepd checks, in pepd's metrics after the url session, that
+// Squid resolved the pages' hosts through pepd (listen.squid_dns, the
+// testbed squid.conf's first dns_nameservers) and got its answers from
+// pepd's resolver cache, every one: no SERVFAIL, none relayed for an A
+// question pepd had looked up itself (relayed answers are Squid's other
+// questions, such as the PTR of the phone's address).
+func squidAskedPepd(t *testing.T, out string) {
+	t.Helper()
+	var prom []byte
+	filepath.WalkDir(filepath.Join(out, "logs"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == "pepd-metrics-url.prom" {
+			prom, err = os.ReadFile(p)
+		}
+		return err
+	})
+	if prom == nil {
+		t.Errorf("no pepd-metrics-url.prom under %s/logs", out)
+		return
+	}
+	n := map[string]float64{}
+	for _, line := range strings.Split(string(prom), "\n") {
+		var src string
+		var v float64
+		if _, err := fmt.Sscanf(line, "pep_squid_dns_answers_total{source=%q} %g", &src, &v); err == nil {
+			n[src] = v
+		}
+	}
+	if n[squiddns.SourceCache] == 0 || n[squiddns.SourceServfail] != 0 {
+		t.Errorf("Squid's lookups through pepd: %v, want some from its cache and no servfail", n)
 	}
 }

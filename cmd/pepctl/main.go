@@ -487,6 +487,10 @@ func squidConf(args []string, stdout, stderr io.Writer) error {
 		sc.Subscribers = append(sc.Subscribers, p.String())
 	}
 	sc.Resolvers = nil
+	if a := cfg.Listen.SquidDNS; a != "" { // pepd's answers first (internal/squiddns)
+		host, _, _ := net.SplitHostPort(a)
+		sc.Resolvers = append(sc.Resolvers, host)
+	}
 	for _, r := range cfg.Resolvers {
 		host, _, err := net.SplitHostPort(r)
 		if err != nil {

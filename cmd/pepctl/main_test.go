@@ -75,7 +75,7 @@ func TestSquidConf(t *testing.T) {
 	if st := run(args, nil, &out, &errb); st != 0 {
 		t.Fatalf("status %d: %s", st, errb.String())
 	}
-	for _, want := range []string{"http_port 127.0.0.1:3128 require-proxy-header\n", "dns_nameservers 198.18.1.2\n",
+	for _, want := range []string{"http_port 127.0.0.1:3128 require-proxy-header\n", "dns_nameservers 127.0.53.53 198.18.1.2\n",
 		"acl subscribers src 198.18.0.0/24\n", "acl pep_ports port 80\n", "collapsed_forwarding on\n", " 192.0.2.12\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("squid.conf lacks %q", want)

@@ -31,10 +31,12 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -51,6 +53,7 @@ import (
 	"pep/internal/rewrite"
 	"pep/internal/splice"
 	"pep/internal/squid"
+	"pep/internal/squiddns"
 	"pep/internal/viptls"
 )
 
@@ -214,8 +217,10 @@ type pepd struct {
 	// res is the one cache of carrier-resolver answers (resolver): the
 	// HTTP path resolves a request's host before Squid, and the optimizer
 	// the same host after it, on a miss; sharing the answers saves the
-	// second lookup's round trip.
-	res      *httpproxy.Resolver
+	// second lookup's round trip; Squid's lookups are answered from it too
+	// (listen.squid_dns). Swapped on SIGHUP when the resolvers change,
+	// read by those answers' goroutines.
+	res      atomic.Pointer[httpproxy.Resolver]
 	proxy    *httpproxy.Proxy
 	httpSrv  *httpproxy.Server
 	healthAt string // the address the watchdog probes
@@ -478,6 +483,12 @@ func (d *pepd) buildDNS(cfg *config.Config) error {
 			serve: func() error { return ignoreClosed(dp.Serve(pc, ln)) }, shutdown: dp.Shutdown})
 	}
 	d.reloaders = append(d.reloaders, func(c *config.Config) error { return dp.ReloadConfig(c.DNS) })
+	if cfg.Listen.SquidDNS != "" {
+		d.resolver(cfg) // made by the HTTP path already; Squid's answers need one even without it
+		if err := d.buildSquidDNS(cfg.Listen.SquidDNS, squiddns.New(d.res.Load, dp.Upstream(), cfg.DNS.Timeout, d.reg)); err != nil {
+			return err
+		}
+	}
 	if cfg.Listen.TLS != "" {
 		term, err := d.buildVIPTLS(cfg)
 		if err != nil {
@@ -501,6 +512,25 @@ func (d *pepd) buildDNS(cfg *config.Config) error {
 		}
 		d.services = append(d.services, service{name: "tls-splice " + ln.Addr().String(),
 			serve: func() error { return ignoreClosed(sp.Serve(ln)) }, shutdown: sp.Shutdown})
+	}
+	return nil
+}
+
+// buildSquidDNS serves h, Squid's resolver (internal/squiddns), on addr
+// over UDP and TCP.
+func (d *pepd) buildSquidDNS(addr string, h dns.Handler) error {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return fmt.Errorf("squid_dns: listen udp %q: %w", addr, err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		pc.Close()
+		return fmt.Errorf("squid_dns: listen tcp %q: %w", addr, err)
+	}
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
+		d.services = append(d.services, service{name: "squid-dns " + addr,
+			serve: func() error { return ignoreClosed(srv.ActivateAndServe()) }, shutdown: srv.ShutdownContext})
 	}
 	return nil
 }
@@ -587,11 +617,12 @@ func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
 // answers kept), else a new one, which later calls share. The optimizer
 // keeps the one it started with (optimize.* needs a restart).
 func (d *pepd) resolver(c *config.Config) *httpproxy.Resolver {
-	if r := d.res; r != nil && slices.Equal(r.Servers, c.Resolvers) && r.Timeout == c.DNS.Timeout {
+	if r := d.res.Load(); r != nil && slices.Equal(r.Servers, c.Resolvers) && r.Timeout == c.DNS.Timeout {
 		return r
 	}
-	d.res = &httpproxy.Resolver{Servers: slices.Clone(c.Resolvers), Timeout: c.DNS.Timeout}
-	return d.res
+	r := &httpproxy.Resolver{Servers: slices.Clone(c.Resolvers), Timeout: c.DNS.Timeout}
+	d.res.Store(r)
+	return r
 }
 
 func (d *pepd) closeListeners() {

@@ -561,3 +561,46 @@ func TestOneResolverCache(t *testing.T) {
 		t.Errorf("the carrier resolver was not asked for www.foo.com's A record exactly once (one cache for pepd):\n%s", log)
 	}
 }
+
+// TestSquidDNS: with listen.squid_dns, pepd answers Squid's lookups from
+// the cache its HTTP path filled: after a request for www.foo.com through
+// pepd, Squid's A question for the name is answered with the address pepd
+// checked, and the carrier resolver (a real dnsmasq, logging queries) has
+// been asked once in all. Port 53 on a loopback address of its own needs
+// root.
+func TestSquidDNS(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("listen.squid_dns binds port 53: needs root")
+	}
+	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "from the origin")
+	})}
+	ol, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go origin.Serve(ol)
+	t.Cleanup(func() { origin.Close() })
+	dm := dnsmasqtest.StartServer(t, []string{"address=/www.foo.com/127.0.0.2", "log-queries"})
+	admin, httpAddr, opt := freePort(t), freePort(t), freePort(t)
+	squidDNS := fmt.Sprintf("127.53.%d.%d:53", os.Getpid()%250+1, time.Now().UnixNano()%250+1)
+	_, port, _ := net.SplitHostPort(ol.Addr().String())
+	startProc(t, "mode: off\nsubscribers: [127.0.0.0/8]\nresolvers: ["+dm.Addr+"]\nsquid: "+opt+"\nsquid_proxy_protocol: false\n"+
+		"listen:\n  http: "+httpAddr+"\n  dns: \"\"\n  admin: "+admin+"\n  squid_dns: \""+squidDNS+"\"\n"+
+		"guard:\n  allow: [127.0.0.0/8]\n  allowed_ports: [80, "+port+"]\noptimize:\n  listen: "+opt+"\n")
+	if code, body := rawGet(t, httpAddr, "GET /www.foo.com:"+port+"/x HTTP/1.1\r\nHost: 192.0.2.12\r\nConnection: close\r\n\r\n"); code != 200 || body != "from the origin" {
+		t.Fatalf("request through pepd: %d %q", code, body)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("www.foo.com.", dns.TypeA)
+	in, _, err := (&dns.Client{Timeout: 3 * time.Second}).Exchange(m, squidDNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Answer) != 1 || !in.Answer[0].(*dns.A).A.Equal(net.ParseIP("127.0.0.2")) {
+		t.Errorf("Squid's question: %v, want www.foo.com A 127.0.0.2", in)
+	}
+	if log := dm.Output(); strings.Count(log, "query[A] www.foo.com from") != 1 {
+		t.Errorf("the carrier resolver was not asked for www.foo.com's A record exactly once:\n%s", log)
+	}
+}

@@ -133,6 +133,12 @@ type Listen struct {
 	DNS string `yaml:"dns"`
 	// Admin serves /mode, /metrics, /healthz. Default "127.0.0.1:9090".
 	Admin string `yaml:"admin"`
+	// SquidDNS is where pepd answers Squid's DNS lookups, UDP and TCP, from
+	// its own resolver cache (internal/squiddns): a loopback address and
+	// port 53, since Squid's dns_nameservers take no port ("pepctl
+	// squid-conf" lists it before the carrier resolvers). Default "" (off:
+	// Squid asks the carrier resolvers itself).
+	SquidDNS string `yaml:"squid_dns"`
 }
 
 // Log holds logging settings.
@@ -477,6 +483,12 @@ func (c *Config) validateTop() error {
 		}
 		if err := field.HostPort(l.v, false); err != nil {
 			return field.Errorf(l.name, "%w", err)
+		}
+	}
+	if a := c.Listen.SquidDNS; a != "" {
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil || !ap.Addr().IsLoopback() || ap.Port() != 53 {
+			return field.Errorf("listen.squid_dns", "%q is not a loopback address with port 53 (Squid's dns_nameservers take no port)", a)
 		}
 	}
 	return nil

@@ -67,6 +67,8 @@ func TestErrors(t *testing.T) {
 		{"https repeated port", "https:\n  shard_ports: [443, 443]\n", `bad.yaml:2: https.shard_ports.1: port 443 is zero or repeated`},
 		{"https bad name", "https:\n  names: [vip]\n", `bad.yaml:2: https.names.0: "vip" is not a host name`},
 		{"https host not a name", "https:\n  names: [vip.example.net]\n  host: other.example.net\n", `bad.yaml:3: https.host: "other.example.net" is not one of https.names`},
+		{"squid_dns not on port 53", "listen:\n  squid_dns: \"127.0.53.53:5353\"\n", `bad.yaml:2: listen.squid_dns: "127.0.53.53:5353" is not a loopback address with port 53 (Squid's dns_nameservers take no port)`},
+		{"squid_dns not loopback", "listen:\n  squid_dns: \"10.0.0.1:53\"\n", `bad.yaml:2: listen.squid_dns: "10.0.0.1:53" is not a loopback address with port 53 (Squid's dns_nameservers take no port)`},
 		{"resolver without port", "resolvers:\n  - 1.1.1.1:53\n  - 9.9.9.9\n", `bad.yaml:3: resolvers.1: "9.9.9.9" is not host:port`},
 		{"header too large", "http:\n  max_header_bytes: 1MiB\n", `bad.yaml:2: http.max_header_bytes: 1048576 is outside 1KiB..64KiB`},
 		{"bad size", "http:\n  max_header_bytes: lots\n", `bad.yaml:2: http.max_header_bytes: "lots" is not a size`},

@@ -70,8 +70,18 @@ const maxCache = 100000
 // literal, which is returned as it is). Errors: ErrNXDomain, or a failure
 // to reach every server (prefix "httpproxy:").
 func (r *Resolver) Lookup(ctx context.Context, name string) ([]netip.Addr, error) {
+	addrs, _, err := r.LookupTTL(ctx, name)
+	return addrs, err
+}
+
+// LookupTTL is Lookup that also returns how long the answer stays in the
+// cache from now (at least 1s; MaxTTL for an IP literal), the TTL a DNS
+// answer built from it may carry (internal/squiddns gives Squid the
+// addresses pepd checked, for the rest of their life here).
+func (r *Resolver) LookupTTL(ctx context.Context, name string) ([]netip.Addr, time.Duration, error) {
 	if a, ok := ipLiteral(strings.Trim(name, "[]")); ok {
-		return []netip.Addr{a.Unmap()}, nil
+		_, maxTTL, _ := r.ttls()
+		return []netip.Addr{a.Unmap()}, maxTTL, nil
 	}
 	// The cache's key is the name without its root label's dot:
 	// dns.Fqdn would allocate on every request, for the query only.
@@ -103,15 +113,20 @@ func (r *Resolver) Lookup(ctx context.Context, name string) ([]netip.Addr, error
 			l.expires = now // do not cache failures to reach the resolvers
 		}
 		close(l.done)
-		return l.addrs, l.err
+		return l.addrs, r.life(l), l.err
 	}
 	r.mu.Unlock()
 	select {
 	case <-l.done:
-		return l.addrs, l.err
+		return l.addrs, r.life(l), l.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("httpproxy: resolving %q: %w", name, ctx.Err())
+		return nil, 0, fmt.Errorf("httpproxy: resolving %q: %w", name, ctx.Err())
 	}
+}
+
+// life is how long l stays cached from now, at least 1s.
+func (r *Resolver) life(l *lookup) time.Duration {
+	return max(l.expires.Sub(r.clock()), time.Second)
 }
 
 func (r *Resolver) evict(now time.Time) {

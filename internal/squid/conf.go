@@ -19,7 +19,7 @@ type Conf struct {
 	ProxyProtocol   bool     // require-proxy-header (else X-Forwarded-For from Pepd)
 	Pepd            []string // pepd's source addresses, CIDR
 	Subscribers     []string // subscriber ranges, CIDR
-	Resolvers       []string // carrier resolvers, IP addresses (Squid takes no port)
+	Resolvers       []string // pepd's listen.squid_dns when set, then the carrier resolvers: IP addresses (Squid takes no port)
 	HostsFile       string   // a hosts file, or "none"
 	AllowedPorts    []uint16 // destination ports
 	Forbidden       []string // refused destination ranges, CIDR

@@ -24,8 +24,10 @@
 //     ForbiddenRanges and the VIP, less Conf.AllowDst) checked again on
 //     the addresses Squid itself resolves (DNS rebinding); subscribers
 //     (Conf.Subscribers) allowed, everything else denied.
-//   - Names: dns_nameservers are the carrier resolvers (Conf.Resolvers),
-//     never pepd's DNS rewriter, which would answer with the VIP and loop.
+//   - Names: dns_nameservers are pepd's answers for Squid (listen.squid_dns,
+//     internal/squiddns) when set, then the carrier resolvers
+//     (Conf.Resolvers); never pepd's DNS rewriter, which would answer with
+//     the VIP and loop.
 //   - Cache: cache_mem first (small hot page objects), objects above
 //     maximum_object_size_in_memory (Conf.MemoryMaxObjectKB) skip it,
 //     cache_dir aufs for the long tail (none for the memory tier,

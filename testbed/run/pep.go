@@ -24,6 +24,9 @@ const (
 	PepdTLSPort  = 3443             // REDIRECT target for VIP:443 (SNI splice)
 	PepdDNSPort  = 5353             // REDIRECT target for port 53 (dns mode)
 	PepdAdmin    = "127.0.0.1:9090" // admin API: GET/PUT /mode, /optimize
+	// PepdSquidDNS is where pepd answers Squid's lookups (listen.squid_dns),
+	// first in the testbed's squid.conf dns_nameservers.
+	PepdSquidDNS = "127.0.53.53:53"
 	// PepdOptimizer is pepd's optimizer (optimize.listen's default), Squid's parent.
 	PepdOptimizer = "127.0.0.1:3131"
 )
@@ -100,6 +103,7 @@ listen:
   tls: ":%d"
   dns: ":%d"
   admin: "%s"
+  squid_dns: "%s"
 optimize:
   listen: "%s"
 dns:
@@ -107,7 +111,7 @@ dns:
   origins: keep
 %slog:
   level: info
-`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdOptimizer, https)
+`, c.Prefix, c.VIP, c.MN, c.RadioBits, c.Resolver, SquidListen, PepdHTTPPort, PepdTLSPort, PepdDNSPort, PepdAdmin, PepdSquidDNS, PepdOptimizer, https)
 	return setPepd(base, s.Overrides)
 }
 

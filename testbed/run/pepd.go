@@ -63,6 +63,7 @@ var PepdOwnedKeys = []struct{ Key, Why string }{
 	{"listen.tls", "nftables steers VIP:443 to it"},
 	{"listen.dns", "nftables steers port 53 to it in dns mode"},
 	{"listen.admin", "the runner switches modes through it"},
+	{"listen.squid_dns", "the testbed's squid.conf asks it first"},
 	{"optimize.listen", "the testbed's squid.conf has it as Squid's parent"},
 	{"optimize.enabled", "the +opt modes switch it per session"},
 	{"hints.enabled", "the +hints modes switch it per session"},

@@ -93,11 +93,11 @@ func TestValidatePepd(t *testing.T) {
 		err  string // after the folder
 	}{
 		{"known keys", []PepdSetting{{"optimize.deadline", "150ms"}, {"dns.origins", "drop"}}, ""},
-		{"unknown key", []PepdSetting{{"optimize.dedline", "150ms"}}, `/pepd.yaml:15: optimize: unknown key "dedline" (did you mean "deadline"?)`},
-		{"unknown section", []PepdSetting{{"optimise.deadline", "150ms"}}, `/pepd.yaml:25: top level: unknown key "optimise" (did you mean "optimize"?)`},
-		{"bad value", []PepdSetting{{"optimize.deadline", "fast"}}, "/pepd.yaml:15: optimize.deadline: cannot unmarshal !!str `fast` into time.Duration"},
-		{"invalid value", []PepdSetting{{"dns.origins", "sometimes"}}, `/pepd.yaml:17: dns.origins: "sometimes" is not one of keep, drop`},
-		{"https mode", []PepdSetting{{"https.shard_ports", "[443, 8443]"}}, "/pepd-url-https-k3.yaml:23: https.shard_ports: 2 ports for 3 shards"},
+		{"unknown key", []PepdSetting{{"optimize.dedline", "150ms"}}, `/pepd.yaml:16: optimize: unknown key "dedline" (did you mean "deadline"?)`},
+		{"unknown section", []PepdSetting{{"optimise.deadline", "150ms"}}, `/pepd.yaml:26: top level: unknown key "optimise" (did you mean "optimize"?)`},
+		{"bad value", []PepdSetting{{"optimize.deadline", "fast"}}, "/pepd.yaml:16: optimize.deadline: cannot unmarshal !!str `fast` into time.Duration"},
+		{"invalid value", []PepdSetting{{"dns.origins", "sometimes"}}, `/pepd.yaml:18: dns.origins: "sometimes" is not one of keep, drop`},
+		{"https mode", []PepdSetting{{"https.shard_ports", "[443, 8443]"}}, "/pepd-url-https-k3.yaml:24: https.shard_ports: 2 ports for 3 shards"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -64,7 +64,8 @@ func newSquid(b *Bed, o squidOptions) (*squid, error) {
 		c.Optimizer = ""
 	}
 	c.Subscribers = []string{fmt.Sprintf("%s/%d", b.Topo.Config.MN, b.Topo.Config.RadioBits)}
-	c.Resolvers = []string{b.Topo.Config.Core.String()}
+	squidDNS, _, _ := net.SplitHostPort(PepdSquidDNS)
+	c.Resolvers = []string{squidDNS, b.Topo.Config.Core.String()}
 	c.CacheDir = filepath.Join(s.dir, "cache")
 	c.CacheDirMB = 2000
 	c.CacheMemMB = 64
