@@ -1,6 +1,7 @@
 package httpproxy
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"pep/internal/mode"
+	"pep/internal/testenv"
 )
 
 // The test world: three sites on one origin at 127.0.0.2 (names resolved
@@ -263,5 +267,41 @@ func TestSameClickCollapsing(t *testing.T) {
 		if got := o.hitCount(tc.obj); got != tc.want {
 			t.Errorf("%s: the origin saw %d requests for 20 at once (in %s), want %d", tc.obj, got, time.Since(start).Round(time.Millisecond), tc.want)
 		}
+	}
+}
+
+// TestDNSPrefetch: when pepd rewrites a page in url mode it looks up the
+// page's other hosts at once (dnsPrefetch), before the browser asks for
+// any of their objects. Only the page is fetched; then the carrier
+// resolver is stopped, and pepd's resolver still knows both hosts.
+func TestDNSPrefetch(t *testing.T) {
+	ns := startDNS(t, siteRecords)
+	o := startOrigin(t, originIP, sitePages)
+	port := o.Addr.Port()
+	sc := siteSquidConf(t, ns, siteRecords, port)
+	sc.ProxyProtocol = true
+	sq := startSquid(t, sc)
+	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
+		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}})
+	get(t, p.client("127.0.0.9"), "http://www.site.test:"+o.Port+"/", 200)
+	started := p.M.prefetch.WithLabelValues("started")
+	deadline := time.Now().Add(testenv.Scale(5 * time.Second))
+	for testutil.ToFloat64(started) < 2 || len(p.Proxy.dnsAhead) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("prefetch: %v started, %d running; want the page's 2 other hosts done", testutil.ToFloat64(started), len(p.Proxy.dnsAhead))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ns.udp.Shutdown()
+	ns.tcp.Shutdown()
+	res := p.Proxy.settings.Load().Resolver
+	for _, h := range []string{"static.other.test", "img.cdn.test"} {
+		addrs, err := res.Lookup(context.Background(), h)
+		if err != nil || len(addrs) != 1 || addrs[0].String() != originIP {
+			t.Errorf("%s after the page alone, resolver stopped: %v %v, want %s from the cache", h, addrs, err, originIP)
+		}
+	}
+	if o.hitCount("static.other.test/style.css") != 0 || o.hitCount("img.cdn.test/logo.png") != 0 {
+		t.Errorf("objects fetched: the prefetch looks names up, it fetches nothing")
 	}
 }

@@ -24,6 +24,7 @@ import (
 //	pep_http_host_mismatch_total{action}           intercepted requests whose Host did not resolve to the original destination
 //	pep_http_radio_header_bytes_removed            per response from Squid: header bytes the radio-side diet left out (Via, X-Cache, ...)
 //	pep_http_responses_truncated_total             responses cut short because Squid's body failed (the subscriber sees the close)
+//	pep_http_dns_prefetch_total{outcome}           hosts of a rewritten body looked up ahead (started), or not for the bound (skipped)
 type Metrics struct {
 	requests        *prometheus.CounterVec
 	refused         *prometheus.CounterVec
@@ -41,6 +42,7 @@ type Metrics struct {
 	hostMismatch    *prometheus.CounterVec
 	dietBytes       prometheus.Histogram
 	truncated       prometheus.Counter
+	prefetch        *prometheus.CounterVec
 
 	clientIn, clientOut     prometheus.Counter
 	upstreamIn, upstreamOut prometheus.Counter
@@ -89,6 +91,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Intercepted requests whose Host does not resolve to the original destination, by action (direct, refuse)."), []string{"action"}),
 		truncated: prometheus.NewCounter(opts("responses_truncated_total",
 			"Responses whose body from Squid failed before its end: the subscriber got the head and part of the body, then a close (a detectable truncation).")),
+		prefetch: prometheus.NewCounterVec(opts("dns_prefetch_total",
+			"Hosts named by a body pepd rewrote, looked up ahead of the browser's requests for them (started), or not because MaxDNSPrefetch lookups were running (skipped)."), []string{"outcome"}),
 		dietBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "pep", Subsystem: "http", Name: "radio_header_bytes_removed",
 			Help:    "Header bytes of one response from Squid that the radio-side diet left out (Via, X-Cache, X-Cache-Lookup, the optimizer's marks).",
 			Buckets: []float64{0, 32, 64, 96, 128, 160, 192, 256, 384}}),
@@ -99,10 +103,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.upstreamOut = m.upstreamBytes.WithLabelValues("sent")
 	m.upSquid = m.upstreamSeconds.WithLabelValues("squid")
 	m.upDirect = m.upstreamSeconds.WithLabelValues("direct")
+	m.prefetch.WithLabelValues("started")
+	m.prefetch.WithLabelValues("skipped")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.refused, m.badRequests, m.clientBytes,
 			m.upstreamBytes, m.upstreamSeconds, m.upstreamConns, m.upstreamOpen, m.upstreamWaits, m.openConns, m.conns, m.limitWaits,
-			m.timeouts, m.hostMismatch, m.dietBytes, m.truncated} {
+			m.timeouts, m.hostMismatch, m.dietBytes, m.truncated, m.prefetch} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -140,7 +140,8 @@ type Proxy struct {
 	opt        *optimize.Policy
 	cache      *cachepolicy.Policy
 	hints      *Hints
-	links      *linkRates // subscribers' downlink rates, for the optimizer's wait (optimize.LinkRateHeader)
+	links      *linkRates    // subscribers' downlink rates, for the optimizer's wait (optimize.LinkRateHeader)
+	dnsAhead   chan struct{} // DNS prefetch's lookups running (dnsPrefetch), at most MaxDNSPrefetch
 	pf         prefetcher
 	log        *slog.Logger
 	m          *Metrics
@@ -183,6 +184,7 @@ func New(o Options) (*Proxy, error) {
 		hints:     o.Hints,
 		links:     newLinkRates(),
 		pf:        prefetcher{per: map[netip.Addr]int{}},
+		dnsAhead:  make(chan struct{}, MaxDNSPrefetch),
 		log:       o.Log.With("component", "httpproxy"),
 		m:         o.Metrics,
 		squidAddr: o.Squid,

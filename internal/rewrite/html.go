@@ -27,7 +27,16 @@ type Stats struct {
 	// Config.MaxTokenBytes: the document from that token on was copied
 	// unchanged.
 	PassedThrough bool
+	// Hosts are the distinct hosts (lowercase, without port) of the
+	// absolute URLs put into the VIP form, the document's own host aside,
+	// in the order first seen, at most MaxHosts of them: the names the
+	// browser's next requests will make pepd look up, which pepd can look
+	// up now (httpproxy, "DNS prefetch").
+	Hosts []string
 }
+
+// MaxHosts bounds Stats.Hosts.
+const MaxHosts = 16
 
 // HTML copies the HTML document src to dst with the embedded URLs of the
 // passive subresources, scripts and styles in their VIP form (the seed paper,

@@ -2,8 +2,11 @@ package rewrite
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -334,6 +337,30 @@ func TestMaxTokenBytes(t *testing.T) {
 	}
 	if out.String() != want || !st.PassedThrough || st.URLs != 1 {
 		t.Errorf("got %q %+v, want %q with PassedThrough and 1 URL", out.String(), st, want)
+	}
+}
+
+// TestStatsHosts: a rewritten document names the other hosts of its
+// rewritten absolute URLs once each, in order, without its own host or
+// the hosts of URLs left alone (https), at most MaxHosts of them.
+func TestStatsHosts(t *testing.T) {
+	r := newTestRewriter(t, Config{})
+	doc, _ := url.Parse("http://www.own.com/index.html")
+	in := `<link rel=stylesheet href="http://CDN.a.com/s.css"><img src="http://b.com:8080/1.png"><img src="http://cdn.a.com/2.png">` +
+		`<img src="/local.png"><img src="http://www.own.com/x.png"><img src="https://c.com/3.png"><style>p{background:url(http://d.com/bg.png)}</style>`
+	st, err := r.HTML(io.Discard, strings.NewReader(in), doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"cdn.a.com", "b.com", "d.com"}; !slices.Equal(st.Hosts, want) {
+		t.Errorf("Hosts %q, want %q", st.Hosts, want)
+	}
+	var many strings.Builder
+	for i := range MaxHosts + 5 {
+		fmt.Fprintf(&many, `<img src="http://h%d.com/x.png">`, i)
+	}
+	if st, _ := r.HTML(io.Discard, strings.NewReader(many.String()), doc); len(st.Hosts) != MaxHosts || st.URLs != MaxHosts+5 {
+		t.Errorf("%d hosts of %d URLs, want %d of %d", len(st.Hosts), st.URLs, MaxHosts, MaxHosts+5)
 	}
 }
 

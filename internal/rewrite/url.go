@@ -16,6 +16,7 @@ import (
 type base struct {
 	ok   bool
 	auth string // lowercase "host[:port]" as it goes into the VIP path
+	host string // auth's host
 	path string // escaped path, only URL-safe bytes (see safePath)
 	dir  []byte // path up to and including its last '/'
 }
@@ -36,7 +37,8 @@ func newBase(u *url.URL) base {
 		p = "/" + p
 	}
 	p = safePath(p)
-	return base{ok: true, auth: auth, path: p, dir: []byte(p[:strings.LastIndexByte(p, '/')+1])}
+	host, _, _ := splitAuthority(auth)
+	return base{ok: true, auth: auth, host: host, path: p, dir: []byte(p[:strings.LastIndexByte(p, '/')+1])}
 }
 
 // safePath percent-encodes the bytes of an escaped path that would need quoting
@@ -219,6 +221,23 @@ func (u *urlRewriter) ownURL(p ...[]byte) bool {
 		u.ownURLs = append(u.ownURLs, sum)
 	}
 	return false
+}
+
+// noteHost adds host to Stats.Hosts unless it is there already, it is
+// the base's (the document's own host, which pepd has looked up), or
+// MaxHosts are there. A page names few hosts, mostly one after the
+// other: the last one is checked first.
+func (u *urlRewriter) noteHost(host []byte) {
+	h := u.stats.Hosts
+	if n := len(h); n > 0 && h[n-1] == string(host) || n >= MaxHosts || u.base.host == string(host) {
+		return
+	}
+	for _, s := range h {
+		if s == string(host) {
+			return
+		}
+	}
+	u.stats.Hosts = append(h, string(host))
 }
 
 // origin is the VIP origin a URL goes under: picked, the host's shard
@@ -413,6 +432,7 @@ func (u *urlRewriter) absolute(dst, lead, s []byte, end int, trail []byte) (int,
 	if u.own != "" && string(la) == u.own && u.ownURL(la, rest) {
 		return urlNotApplicable, dst
 	}
+	u.noteHost(host)
 	dst = append(dst, lead...)
 	dst = append(dst, u.origin(u.vip.pickBytes(la))...)
 	dst = append(dst, '/')
