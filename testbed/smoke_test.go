@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"pep/internal/squiddns"
 	"pep/testbed/browser"
 	"pep/testbed/report"
 	"pep/testbed/run"
@@ -206,34 +205,52 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
-// squidAskedPepd checks, in pepd's metrics after the url session, that
+// squidAskedPepd checks, in pepd's metrics after the url sessions, that
 // Squid resolved the pages' hosts through pepd (listen.squid_dns, the
 // testbed squid.conf's first dns_nameservers) and got its answers from
-// pepd's resolver cache, every one: no SERVFAIL, none relayed for an A
-// question pepd had looked up itself (relayed answers are Squid's other
-// questions, such as the PTR of the phone's address).
+// pepd's resolver cache, with no SERVFAIL (relayed answers are Squid's
+// other questions, such as the PTR of the phone's address); that pepd
+// looked the pages' other hosts up ahead (DNS prefetch); and that with the
+// optimizer, the HTML and CSS pepd rewrites passed without a text
+// transform (optimize.Options.Rewritten).
 func squidAskedPepd(t *testing.T, out string) {
 	t.Helper()
+	url := pepdMetrics(t, out, "url")
+	if url["pep_squid_dns_answers_total{source=\"cache\"}"] == 0 || url["pep_squid_dns_answers_total{source=\"servfail\"}"] != 0 {
+		t.Errorf("Squid's lookups through pepd: cache %v, servfail %v; want some from its cache and no servfail",
+			url["pep_squid_dns_answers_total{source=\"cache\"}"], url["pep_squid_dns_answers_total{source=\"servfail\"}"])
+	}
+	if url["pep_http_dns_prefetch_total{outcome=\"started\"}"] == 0 {
+		t.Errorf("no host looked up ahead in url mode")
+	}
+	if opt := pepdMetrics(t, out, "url"+run.OptSuffix); opt["pep_optimize_skipped_total{reason=\"rewritten\"}"] == 0 {
+		t.Errorf("url+opt: no HTML or CSS passed by the optimizer for pepd's rewriter")
+	}
+}
+
+// pepdMetrics reads pepd-metrics-MODE.prom under out/logs: every sample
+// by its name and labels as written.
+func pepdMetrics(t *testing.T, out, mode string) map[string]float64 {
+	t.Helper()
 	var prom []byte
+	name := "pepd-metrics-" + mode + ".prom"
 	filepath.WalkDir(filepath.Join(out, "logs"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.Name() == "pepd-metrics-url.prom" {
+		if err == nil && d.Name() == name {
 			prom, err = os.ReadFile(p)
 		}
 		return err
 	})
 	if prom == nil {
-		t.Errorf("no pepd-metrics-url.prom under %s/logs", out)
-		return
+		t.Errorf("no %s under %s/logs", name, out)
 	}
 	n := map[string]float64{}
 	for _, line := range strings.Split(string(prom), "\n") {
-		var src string
-		var v float64
-		if _, err := fmt.Sscanf(line, "pep_squid_dns_answers_total{source=%q} %g", &src, &v); err == nil {
-			n[src] = v
+		if i := strings.LastIndexByte(line, ' '); i > 0 && !strings.HasPrefix(line, "#") {
+			var v float64
+			if _, err := fmt.Sscan(line[i+1:], &v); err == nil {
+				n[line[:i]] = v
+			}
 		}
 	}
-	if n[squiddns.SourceCache] == 0 || n[squiddns.SourceServfail] != 0 {
-		t.Errorf("Squid's lookups through pepd: %v, want some from its cache and no servfail", n)
-	}
+	return n
 }

@@ -377,6 +377,7 @@ func (d *pepd) buildOptimizer(cfg *config.Config) error {
 	oo := o.Options()
 	oo.Lookup, oo.Control, oo.UpstreamTimeout = res.Lookup, pol.Control, cfg.HTTP.UpstreamTimeout
 	oo.Metrics, oo.Log = om, d.log.With("component", "optimize")
+	oo.Rewritten = func(mt string) bool { return d.proxy != nil && d.proxy.Rewrites(mt) }
 	srv, err := optimize.New(oo)
 	if err != nil {
 		return err

@@ -189,6 +189,15 @@ func (p *Proxy) adjustResponse(resp *http.Response, ri *reqInfo) {
 	}
 }
 
+// Rewrites reports whether pepd rewrites responses of mediaType (lowercase,
+// without parameters) on their way to the phone now: in url mode, the
+// rewriter's HTML and CSS types (rewrite.Rewriter.Handles). The optimizer
+// passes those without its text transform (optimize.Options.Rewritten),
+// which the rewriter's own encoding would undo.
+func (p *Proxy) Rewrites(mediaType string) bool {
+	return p.mode.Get() == mode.URL && p.settings.Load().Rewriter.Handles(mediaType)
+}
+
 // MaxDNSPrefetch bounds the lookups DNS prefetch runs at once, over all
 // subscribers; a host over the bound is not looked up ahead (its first
 // request looks it up, as without prefetch).

@@ -114,13 +114,14 @@ const (
 	SkipNoAccept    = "not accepted"     // Accept has no image/webp, Accept-Encoding no gzip
 	SkipSmall       = "too small"        // below the text transform's minimum size
 	SkipNoTarget    = "no ssim target"   // AVIF asked with optimize.ssim_target 0 (the fixed rule makes WebP only)
+	SkipRewritten   = "rewritten"        // text pepd's URL rewriter encodes again itself (Options.Rewritten): passed at once
 )
 
 // skipReasons lists every Skip reason, for the metric's series at 0 (a
 // reason added above belongs here too).
 var skipReasons = []string{SkipNotSmaller, SkipPixels, SkipUndecodable, SkipFormat, SkipAnimated,
 	SkipTooLarge, SkipOverload, SkipDeferred, SkipBacklog, SkipNoTransform, SkipRange, SkipEncoded,
-	SkipExcluded, SkipNoAccept, SkipSmall, SkipNoTarget}
+	SkipExcluded, SkipNoAccept, SkipSmall, SkipNoTarget, SkipRewritten}
 
 // ImageResult is the outcome of Image: Body and ContentType are what to
 // serve; Skip is empty when Body is the transcoded image (TypeWebP,

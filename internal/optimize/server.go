@@ -90,6 +90,14 @@ const etagSuffix = ".pep-"
 type Options struct {
 	// Image are the image transform's settings.
 	Image ImageOptions
+	// Rewritten reports whether responses of a media type (lowercase,
+	// without parameters) are now decoded, rewritten and encoded again by
+	// pepd's URL rewriter on their way to the phone (url mode's HTML and
+	// CSS; httpproxy.Proxy.Rewrites). Their text transform would be
+	// undone there and only hold the response back (a cold document's or
+	// stylesheet's 10-20 ms in the testbed's packet captures), so they pass
+	// at once, streamed (SkipRewritten). Nil: none.
+	Rewritten func(mediaType string) bool
 	// BrotliQuality, 1-11, turns brotli on: text goes to a request whose
 	// Accept-Encoding names br as brotli at this quality, text the origin
 	// gzipped included (decoded first; Text). Zero: gzip only (GzipLevel,
@@ -523,6 +531,11 @@ func (s *Server) modify(resp *http.Response) error {
 		s.o.Metrics.skip(SkipNoAccept)
 		return nil
 	}
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if kind == "text" && s.o.Rewritten != nil && s.o.Rewritten(mt) {
+		s.o.Metrics.skip(SkipRewritten)
+		return nil
+	}
 	body, whole, err := readUpTo(resp.Body, s.o.MaxBodyBytes)
 	if err != nil {
 		// The origin failed mid-body: pass on what came and the failure.
@@ -542,7 +555,6 @@ func (s *Server) modify(resp *http.Response) error {
 	}
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	avif := kind == "image" && s.o.AVIF.Enabled && accepts(req.Header.Values("Accept"), TypeAVIF)
 	wait, leave := s.wait(st.linkRate, st.linkSub, len(body))
 	out, ctype, t, skip, unstored := s.transform(t, body, enc, avif, Urgency(req.Header.Values("Priority")), wait)

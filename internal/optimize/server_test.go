@@ -9,6 +9,7 @@ import (
 	"image/draw"
 	"image/jpeg"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -508,6 +509,26 @@ func TestServerText(t *testing.T) {
 		}
 		if got := w.skipped(SkipUndecodable) - before; got != 1 {
 			t.Errorf("skipped{%q} +%v, want +1", SkipUndecodable, got)
+		}
+	})
+
+	t.Run("rewritten by pepd", func(t *testing.T) {
+		// url mode's HTML and CSS are decoded and encoded again by pepd's
+		// rewriter: they pass as the origin sent them, the script still
+		// gets its transform.
+		h := maps.Clone(handlers)
+		h["/gzip.css"] = serveBytes("text/css; charset=utf-8", gz.Bytes(), "Content-Encoding", "gzip")
+		w := startServerWorld(t, Options{BrotliQuality: DefaultBrotliQuality, Deadline: testenv.Scale(time.Minute),
+			Rewritten: func(mt string) bool { return mt == "text/css" }}, h)
+		resp, b := get(t, w, "/gzip.css", chromeHTTPS)
+		if resp.Header.Get("Content-Encoding") != CodingGzip || !bytes.Equal(b, gz.Bytes()) {
+			t.Errorf("style sheet pepd rewrites: Content-Encoding %q, %d bytes, want the origin's body byte for byte", resp.Header.Get("Content-Encoding"), len(b))
+		}
+		if got := w.skipped(SkipRewritten); got != 1 {
+			t.Errorf("skipped{%q} %v, want 1", SkipRewritten, got)
+		}
+		if resp, _ := get(t, w, "/gzip.js", chromeHTTPS); resp.Header.Get("Content-Encoding") != CodingBrotli {
+			t.Errorf("script: Content-Encoding %q, want br", resp.Header.Get("Content-Encoding"))
 		}
 	})
 

@@ -77,6 +77,10 @@ func New(vip string, cfg Config, log *slog.Logger, m *Metrics) (*Rewriter, error
 // VIP returns the authority VIP-form URLs carry, e.g. "192.0.2.12".
 func (r *Rewriter) VIP() string { return r.vip }
 
+// Handles reports whether Response rewrites bodies of mediaType
+// (lowercase, without parameters): Config.HTMLTypes and CSSTypes.
+func (r *Rewriter) Handles(mediaType string) bool { return r.htmlTyp[mediaType] || r.cssTyp[mediaType] }
+
 // vipOrigins are the origins VIP-form URLs are written under.
 type vipOrigins struct {
 	// origins are "scheme://authority" without a slash at the end; an
