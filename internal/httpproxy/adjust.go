@@ -195,7 +195,8 @@ func (p *Proxy) adjustResponse(resp *http.Response, ri *reqInfo) {
 // passes those without its text transform (optimize.Options.Rewritten),
 // which the rewriter's own encoding would undo.
 func (p *Proxy) Rewrites(mediaType string) bool {
-	return p.mode.Get() == mode.URL && p.settings.Load().Rewriter.Handles(mediaType)
+	rw := p.settings.Load().Rewriter
+	return rw != nil && p.mode.Get() == mode.URL && rw.Handles(mediaType)
 }
 
 // MaxDNSPrefetch bounds the lookups DNS prefetch runs at once, over all
