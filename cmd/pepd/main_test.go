@@ -537,19 +537,9 @@ func TestVIPCertificate(t *testing.T) {
 // (pepd sends it its forward-proxy request) and fetches from a local
 // origin that the guard allows.
 func TestOneResolverCache(t *testing.T) {
-	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "from the origin")
-	})}
-	ol, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go origin.Serve(ol)
-	t.Cleanup(func() { origin.Close() })
-	dm := dnsmasqtest.StartServer(t, []string{"address=/www.foo.com/127.0.0.2", "log-queries"})
+	dm, port := fooOrigin(t)
 	resolver := dm.Addr
 	admin, httpAddr, opt := freePort(t), freePort(t), freePort(t)
-	_, port, _ := net.SplitHostPort(ol.Addr().String())
 	startProc(t, "mode: off\nsubscribers: [127.0.0.0/8]\nresolvers: ["+resolver+"]\nsquid: "+opt+"\nsquid_proxy_protocol: false\n"+
 		"listen:\n  http: "+httpAddr+"\n  dns: \"\"\n  admin: "+admin+"\nguard:\n  allow: [127.0.0.0/8]\n  allowed_ports: [80, "+port+"]\n"+
 		"optimize:\n  listen: "+opt+"\n")
@@ -572,19 +562,9 @@ func TestSquidDNS(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("listen.squid_dns binds port 53: needs root")
 	}
-	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "from the origin")
-	})}
-	ol, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go origin.Serve(ol)
-	t.Cleanup(func() { origin.Close() })
-	dm := dnsmasqtest.StartServer(t, []string{"address=/www.foo.com/127.0.0.2", "log-queries"})
+	dm, port := fooOrigin(t)
 	admin, httpAddr, opt := freePort(t), freePort(t), freePort(t)
 	squidDNS := fmt.Sprintf("127.53.%d.%d:53", os.Getpid()%250+1, time.Now().UnixNano()%250+1)
-	_, port, _ := net.SplitHostPort(ol.Addr().String())
 	startProc(t, "mode: off\nsubscribers: [127.0.0.0/8]\nresolvers: ["+dm.Addr+"]\nsquid: "+opt+"\nsquid_proxy_protocol: false\n"+
 		"listen:\n  http: "+httpAddr+"\n  dns: \"\"\n  admin: "+admin+"\n  squid_dns: \""+squidDNS+"\"\n"+
 		"guard:\n  allow: [127.0.0.0/8]\n  allowed_ports: [80, "+port+"]\noptimize:\n  listen: "+opt+"\n")
@@ -603,4 +583,22 @@ func TestSquidDNS(t *testing.T) {
 	if log := dm.Output(); strings.Count(log, "query[A] www.foo.com from") != 1 {
 		t.Errorf("the carrier resolver was not asked for www.foo.com's A record exactly once:\n%s", log)
 	}
+}
+
+// fooOrigin starts an origin on 127.0.0.2 answering "from the origin" and
+// a real dnsmasq (logging its queries) that resolves www.foo.com to it;
+// it returns dnsmasq and the origin's port.
+func fooOrigin(t *testing.T) (*dnsmasqtest.Server, string) {
+	t.Helper()
+	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "from the origin")
+	})}
+	ol, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go origin.Serve(ol)
+	t.Cleanup(func() { origin.Close() })
+	_, port, _ := net.SplitHostPort(ol.Addr().String())
+	return dnsmasqtest.StartServer(t, []string{"address=/www.foo.com/127.0.0.2", "log-queries"}), port
 }

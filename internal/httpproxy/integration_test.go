@@ -52,6 +52,12 @@ var siteRecords = map[string]string{
 
 // world starts DNS, origin, Squid and pepd for one test.
 func world(t *testing.T, md mode.Mode, proxyProtocol bool) (*pepd, *squid, *origin) {
+	p, sq, o, _ := worldDNS(t, md, proxyProtocol)
+	return p, sq, o
+}
+
+// worldDNS is world that also returns its DNS server.
+func worldDNS(t *testing.T, md mode.Mode, proxyProtocol bool) (*pepd, *squid, *origin, *dnsServer) {
 	ns := startDNS(t, siteRecords)
 	o := startOrigin(t, originIP, sitePages)
 	port := o.Addr.Port()
@@ -60,7 +66,7 @@ func world(t *testing.T, md mode.Mode, proxyProtocol bool) (*pepd, *squid, *orig
 	sq := startSquid(t, sc)
 	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: proxyProtocol, resolver: ns.Addr, mode: md,
 		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}})
-	return p, sq, o
+	return p, sq, o, ns
 }
 
 var vipURLRE = regexp.MustCompile(`http://192\.0\.2\.12/[^"')]+`)
@@ -275,14 +281,7 @@ func TestSameClickCollapsing(t *testing.T) {
 // any of their objects. Only the page is fetched; then the carrier
 // resolver is stopped, and pepd's resolver still knows both hosts.
 func TestDNSPrefetch(t *testing.T) {
-	ns := startDNS(t, siteRecords)
-	o := startOrigin(t, originIP, sitePages)
-	port := o.Addr.Port()
-	sc := siteSquidConf(t, ns, siteRecords, port)
-	sc.ProxyProtocol = true
-	sq := startSquid(t, sc)
-	p := startPepd(t, pepdOpts{squid: sq.Addr, proxyProtocol: true, resolver: ns.Addr, mode: mode.URL,
-		subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{80, port}})
+	p, _, o, ns := worldDNS(t, mode.URL, true)
 	get(t, p.client("127.0.0.9"), "http://www.site.test:"+o.Port+"/", 200)
 	started := p.M.prefetch.WithLabelValues("started")
 	deadline := time.Now().Add(testenv.Scale(5 * time.Second))

@@ -153,15 +153,6 @@ func (s *Server) reply(w dns.ResponseWriter, r, m *dns.Msg, source string) {
 
 // fromLoopback reports whether addr is a loopback address.
 func fromLoopback(addr net.Addr) bool {
-	var ip net.IP
-	switch a := addr.(type) {
-	case *net.UDPAddr:
-		ip = a.IP
-	case *net.TCPAddr:
-		ip = a.IP
-	default:
-		return false
-	}
-	a, ok := netip.AddrFromSlice(ip)
-	return ok && a.Unmap().IsLoopback()
+	ap, err := netip.ParseAddrPort(addr.String())
+	return err == nil && ap.Addr().Unmap().IsLoopback()
 }
