@@ -9,7 +9,7 @@ import (
 // Metrics are the rewriter's Prometheus series (namespace pep, subsystem
 // rewrite). Response counts every Result into them:
 //
-//	pep_rewrite_responses_total{result="rewritten|skipped",reason="...",kind="html|css|"}
+//	pep_rewrite_responses_total{result="rewritten|recoded|skipped",reason="...",kind="html|css|"}
 //	pep_rewrite_urls_total         URLs put into the VIP form
 //	pep_rewrite_urls_skipped_total URLs left alone as unsafe to rewrite (Stats.Skipped)
 //	pep_rewrite_urls_kept_total    URLs on their document's own host left as they are (Stats.KeptOwn, Config.OwnHostMax)
@@ -28,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "pep", Subsystem: "rewrite", Name: "responses_total",
-			Help: "Responses seen in URL mode, by result (rewritten or skipped), reason for skipping and kind (html, css or empty).",
+			Help: "Responses seen in URL mode, by result (rewritten; recoded: nothing to rewrite, the coding applied again smaller; skipped), reason for not rewriting and kind (html, css or empty).",
 		}, []string{"result", "reason", "kind"}),
 		urls: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "pep", Subsystem: "rewrite", Name: "urls_total",
@@ -60,8 +60,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 func (m *Metrics) observe(res Result, d time.Duration) {
 	result := "skipped"
-	if res.Rewritten {
+	switch {
+	case res.Rewritten:
 		result = "rewritten"
+	case res.Recoded:
+		result = "recoded"
 	}
 	m.responses.WithLabelValues(result, string(res.Reason), res.Kind).Inc()
 	m.urls.Add(float64(res.Stats.URLs))

@@ -41,7 +41,12 @@ const (
 type Result struct {
 	// Rewritten is set when the body was replaced by its rewritten form.
 	Rewritten bool
-	// Reason is why the body passed through unchanged; empty when Rewritten.
+	// Recoded is set when a body with nothing to rewrite (ReasonUnchanged)
+	// was still replaced: its content coding applied again at the
+	// rewriter's level, at least MinRecodeSaving smaller than it came.
+	Recoded bool
+	// Reason is why the body was not rewritten (and, unless Recoded,
+	// passed byte for byte); empty when Rewritten.
 	Reason Reason
 	// Kind is "html", "css" or "" (not a rewritable type).
 	Kind string
@@ -176,13 +181,38 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL, viaVIP bool) Resu
 	var out []byte
 	out, res.Stats = r.body(make([]byte, 0, len(plain)+len(plain)/8), plain, doc, res.Kind == "css", !viaVIP)
 	if res.Stats.URLs == 0 {
-		return passOrig(ReasonUnchanged)
+		// Nothing to rewrite, but the body is decoded already: its coding
+		// at the rewriter's level when that is clearly smaller. In url mode
+		// the optimizer leaves HTML and CSS to the rewriter
+		// (optimize.Options.Rewritten), so an origin's level-1 gzip would
+		// otherwise reach the phone as it came.
+		if ce == "" || ce == "identity" {
+			return passOrig(ReasonUnchanged)
+		}
+		enc, err := r.encode(ce, rawDeflate, plain)
+		if err != nil || float64(len(enc)) > float64(len(orig))*(1-MinRecodeSaving) {
+			return passOrig(ReasonUnchanged)
+		}
+		res.Reason, res.Recoded = ReasonUnchanged, true
+		return replaceBody(resp, res, enc)
 	}
 	enc, err := r.encode(ce, rawDeflate, out)
 	if err != nil {
 		return passOrig(ReasonCorrupt)
 	}
+	res.Rewritten = true
+	return replaceBody(resp, res, enc)
+}
 
+// MinRecodeSaving is the fraction of an unchanged body that encoding it
+// again must save for Response to send the new encoding (Result.Recoded),
+// as the optimizer's text transform asks (optimize.MinTextSaving).
+const MinRecodeSaving = 0.03
+
+// replaceBody makes enc resp's body: Content-Length set, Transfer-Encoding
+// dropped, a strong ETag made weak (RFC 9110 §8.8.1), Content-MD5 and
+// Accept-Ranges removed. It returns res with OutBytes.
+func replaceBody(resp *http.Response, res Result, enc []byte) Result {
 	resp.Body = io.NopCloser(bytes.NewReader(enc))
 	resp.ContentLength = int64(len(enc))
 	resp.TransferEncoding = nil
@@ -192,7 +222,6 @@ func (r *Rewriter) response(resp *http.Response, doc *url.URL, viaVIP bool) Resu
 	}
 	resp.Header.Del("Content-MD5")
 	resp.Header.Del("Accept-Ranges")
-	res.Rewritten = true
 	res.OutBytes = int64(len(enc))
 	return res
 }

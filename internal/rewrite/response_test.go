@@ -23,9 +23,11 @@ const (
 	pageOut = `<html><img src="http://192.0.2.12/i.cnn.net/a.png"><img src="http://192.0.2.12/www.foo.com/b.png"></html>`
 )
 
-func gz(t *testing.T, s string) []byte {
+func gz(t *testing.T, s string) []byte { return gzLevel(t, s, gzip.DefaultCompression) }
+
+func gzLevel(t *testing.T, s string, level int) []byte {
 	var b bytes.Buffer
-	w := gzip.NewWriter(&b)
+	w, _ := gzip.NewWriterLevel(&b, level)
 	w.Write([]byte(s))
 	w.Close()
 	return b.Bytes()
@@ -158,6 +160,45 @@ func TestResponse(t *testing.T) {
 	for _, only := range []bool{false, true} {
 		t.Run(map[bool]string{false: "all headers", true: "ResponseHeaders only"}[only], func(t *testing.T) {
 			testResponse(t, tests, only)
+		})
+	}
+}
+
+// TestResponseRecoded: nothing to rewrite in a body its origin gzipped at
+// level 1 (as nginx does by default): the rewriter's level replaces it,
+// smaller, with the header a changed body needs (Recoded); the same body
+// at level 9 passes byte for byte.
+func TestResponseRecoded(t *testing.T) {
+	r := newTestRewriter(t, Config{})
+	text := strings.Repeat("<p>Nothing here names an http URL; https://a.com/ stays as it is.</p>\n", 50) +
+		strings.Repeat("<li>item, and some more words that repeat less often than the paragraph above</li>\n", 50)
+	for _, tc := range []struct {
+		name    string
+		level   int
+		recoded bool
+	}{{"level 1", gzip.BestSpeed, true}, {"level 9", gzip.BestCompression, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := gzLevel(t, text, tc.level)
+			h := http.Header{"Content-Type": {"text/html"}, "Content-Encoding": {"gzip"}, "Etag": {`"e"`}}
+			resp := serve(t, "GET", h, 200, in)
+			res := r.Response(resp, mustURL(t, "http://www.foo.com/"), false)
+			got, _ := io.ReadAll(resp.Body)
+			if res.Rewritten || res.Reason != ReasonUnchanged || res.Recoded != tc.recoded {
+				t.Fatalf("result %+v, want unchanged, recoded %v", res, tc.recoded)
+			}
+			if !tc.recoded {
+				if !bytes.Equal(got, in) || resp.Header.Get("ETag") != `"e"` {
+					t.Errorf("passed body changed (%d bytes, ETag %q)", len(got), resp.Header.Get("ETag"))
+				}
+				return
+			}
+			if undo(t, "gzip", got) != text || float64(len(got)) > float64(len(in))*(1-MinRecodeSaving) {
+				t.Errorf("recoded body: %d bytes from %d, or not the text", len(got), len(in))
+			}
+			if resp.Header.Get("Content-Length") != strconv.Itoa(len(got)) || resp.Header.Get("ETag") != `W/"e"` {
+				t.Errorf("Content-Length %q for %d bytes, ETag %q (want weak)", resp.Header.Get("Content-Length"), len(got), resp.Header.Get("ETag"))
+			}
+			t.Logf("level %d: %d bytes, sent %d", tc.level, len(in), len(got))
 		})
 	}
 }
