@@ -15,6 +15,7 @@ import (
 	"pep/internal/dnsproxy"
 	"pep/internal/dnsproxy/dnsmasqtest"
 	"pep/internal/httpproxy"
+	"pep/internal/intercept/nstest"
 )
 
 // carrier is a real dnsmasq standing for the carrier resolver, logging
@@ -33,20 +34,32 @@ func carrier(t *testing.T) *dnsmasqtest.Server {
 // Upstream asking resolver, and returns it, the Resolver and the address.
 func serve(t *testing.T, addr, resolver string) (*Server, *httpproxy.Resolver, string) {
 	t.Helper()
+	return serveIn(t, func(f func() error) error { return f() }, addr, resolver)
+}
+
+// serveIn is serve with the listening sockets opened inside in (a network
+// namespace's nstest.Topology.InGateway).
+func serveIn(t *testing.T, in func(func() error) error, addr, resolver string) (*Server, *httpproxy.Resolver, string) {
+	t.Helper()
 	res := &httpproxy.Resolver{Servers: []string{resolver}, Timeout: time.Second}
 	up, err := dnsproxy.NewUpstream(dnsproxy.UpstreamOptions{Resolvers: []string{resolver}, Timeout: time.Second, Attempts: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := New(func() *httpproxy.Resolver { return res }, up, 3*time.Second, nil)
-	pc, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
+	var pc net.PacketConn
+	var ln net.Listener
 	host, _, _ := net.SplitHostPort(addr)
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
-	if err != nil {
+	var port string
+	if err := in(func() error {
+		var err error
+		if pc, err = net.ListenPacket("udp", addr); err != nil {
+			return err
+		}
+		_, port, _ = net.SplitHostPort(pc.LocalAddr().String())
+		ln, err = net.Listen("tcp", net.JoinHostPort(host, port))
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: s}, {Listener: ln, Handler: s}} {
@@ -149,24 +162,33 @@ func TestTruncated(t *testing.T) {
 }
 
 // TestRefused: a query from an address that is not loopback is refused
-// (Squid's resolver on the box, not a resolver for subscribers).
+// (Squid's resolver on the box, not a resolver for subscribers). The
+// server listens in a gateway namespace and the query comes from a client
+// namespace over a veth pair (nstest), as a subscriber's would. Needs
+// root, as every namespace test.
 func TestRefused(t *testing.T) {
-	var local net.IP
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
-			local = n.IP
-			break
-		}
+	if why := nstest.Available(); why != "" {
+		t.Skip(why)
 	}
-	if local == nil {
-		t.Skip("no non-loopback IPv4 address to ask from")
+	topo, err := nstest.New()
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer topo.Close()
 	dm := carrier(t)
-	s, _, addr := serve(t, "0.0.0.0:0", dm.Addr)
-	_, port, _ := net.SplitHostPort(addr)
-	if in := ask(t, "udp", net.JoinHostPort(local.String(), port), "www.foo.com", dns.TypeA); in.Rcode != dns.RcodeRefused {
-		t.Errorf("from %s: %v, want REFUSED", local, in)
+	s, _, addr := serveIn(t, topo.InGateway, nstest.GatewayAddr+":0", dm.Addr)
+	var in *dns.Msg
+	if err := topo.InClient(func() error {
+		m := new(dns.Msg)
+		m.SetQuestion("www.foo.com.", dns.TypeA)
+		var err error
+		in, _, err = (&dns.Client{Timeout: 3 * time.Second}).Exchange(m, addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if in.Rcode != dns.RcodeRefused {
+		t.Errorf("from %s: %v, want REFUSED", nstest.ClientAddr, in)
 	}
 	if c := count(s, SourceRefused); c != 1 {
 		t.Errorf("%v refused, want 1", c)
