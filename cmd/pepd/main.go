@@ -471,14 +471,9 @@ func (d *pepd) buildDNS(cfg *config.Config) error {
 		return err
 	}
 	if cfg.Listen.DNS != "" {
-		pc, err := net.ListenPacket("udp", cfg.Listen.DNS)
+		pc, ln, err := listenDNS("dns", cfg.Listen.DNS)
 		if err != nil {
-			return fmt.Errorf("dns: listen udp %q: %w", cfg.Listen.DNS, err)
-		}
-		ln, err := net.Listen("tcp", cfg.Listen.DNS)
-		if err != nil {
-			pc.Close()
-			return fmt.Errorf("dns: listen tcp %q: %w", cfg.Listen.DNS, err)
+			return err
 		}
 		d.services = append(d.services, service{name: "dns " + pc.LocalAddr().String(),
 			serve: func() error { return ignoreClosed(dp.Serve(pc, ln)) }, shutdown: dp.Shutdown})
@@ -517,17 +512,27 @@ func (d *pepd) buildDNS(cfg *config.Config) error {
 	return nil
 }
 
-// buildSquidDNS serves h, Squid's resolver (internal/squiddns), on addr
-// over UDP and TCP.
-func (d *pepd) buildSquidDNS(addr string, h dns.Handler) error {
+// listenDNS opens a DNS listener's UDP and TCP sockets on addr; the
+// error names the listener (what) and closes what was opened.
+func listenDNS(what, addr string) (net.PacketConn, net.Listener, error) {
 	pc, err := net.ListenPacket("udp", addr)
 	if err != nil {
-		return fmt.Errorf("squid_dns: listen udp %q: %w", addr, err)
+		return nil, nil, fmt.Errorf("%s: listen udp %q: %w", what, addr, err)
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		pc.Close()
-		return fmt.Errorf("squid_dns: listen tcp %q: %w", addr, err)
+		return nil, nil, fmt.Errorf("%s: listen tcp %q: %w", what, addr, err)
+	}
+	return pc, ln, nil
+}
+
+// buildSquidDNS serves h, Squid's resolver (internal/squiddns), on addr
+// over UDP and TCP.
+func (d *pepd) buildSquidDNS(addr string, h dns.Handler) error {
+	pc, ln, err := listenDNS("squid_dns", addr)
+	if err != nil {
+		return err
 	}
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
 		d.services = append(d.services, service{name: "squid-dns " + addr,
