@@ -22,14 +22,7 @@ import (
 // (http.host_mismatch: refuse): the original destination was recovered
 // from the kernel and compared. Needs root: sudo go test ./internal/httpproxy/
 func TestInterceptedHostVerification(t *testing.T) {
-	if why := nstest.Available(); why != "" {
-		t.Skip(why)
-	}
-	topo, err := nstest.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer topo.Close()
+	topo := nstest.ForTest(t)
 	// The carrier resolver (in the root namespace, where pepd's own
 	// outgoing connections start): www.site.test is the REDIRECT test
 	// address, img.cdn.test the TPROXY one, other.test elsewhere.

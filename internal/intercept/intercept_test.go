@@ -17,14 +17,7 @@ import (
 // the accepted connections report the address the client dialed. Needs
 // root: sudo go test ./internal/intercept/
 func TestOriginalDst(t *testing.T) {
-	if why := nstest.Available(); why != "" {
-		t.Skip(why)
-	}
-	topo, err := nstest.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer topo.Close()
+	topo := nstest.ForTest(t)
 
 	var rl, tl *intercept.Listener
 	if err := topo.InGateway(func() error {

@@ -167,14 +167,7 @@ func TestTruncated(t *testing.T) {
 // namespace over a veth pair (nstest), as a subscriber's would. Needs
 // root, as every namespace test.
 func TestRefused(t *testing.T) {
-	if why := nstest.Available(); why != "" {
-		t.Skip(why)
-	}
-	topo, err := nstest.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer topo.Close()
+	topo := nstest.ForTest(t)
 	dm := carrier(t)
 	s, _, addr := serveIn(t, topo.InGateway, nstest.GatewayAddr+":0", dm.Addr)
 	var in *dns.Msg

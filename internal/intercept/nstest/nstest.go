@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"testing"
 
 	"github.com/vishvananda/netns"
 )
@@ -56,6 +57,22 @@ func Available() string {
 		}
 	}
 	return ""
+}
+
+// ForTest returns a new topology for t, removed when t ends; t is skipped
+// where the topology cannot be built (Available) and fails if building it
+// fails.
+func ForTest(t testing.TB) *Topology {
+	t.Helper()
+	if why := Available(); why != "" {
+		t.Skip(why)
+	}
+	topo, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(topo.Close)
+	return topo
 }
 
 // New creates the namespaces, the veth pair, addresses and routes; Steer
