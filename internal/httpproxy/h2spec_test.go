@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -128,30 +127,32 @@ func TestH2Spec(t *testing.T) {
 	t.Logf("h2spec: Go's server alone failed %d of %d: %v", len(goFailed), goTotal, goFailed)
 	t.Logf("h2spec: pepd's VIP failed %d of %d: %v", len(pepFailed), pepTotal, pepFailed)
 	for _, id := range pepFailed {
-		why, known := h2specGaps[id]
-		switch {
-		case !slices.Contains(goFailed, id):
-			// Some cases race the server's own writes (a loaded machine,
-			// the one-run fifth failure the issue saw): run it three more
-			// times against both.
-			pepN, goN := 0, 0
-			for range 3 {
-				if f, _ := runH2Spec(t, lt.Addr().String(), HealthPath, id); len(f) > 0 {
-					pepN++
-				}
-				if f, _ := runH2Spec(t, ln.Addr().String(), "/", id); len(f) > 0 {
-					goN++
-				}
-			}
-			if pepN >= 2 && goN == 0 {
-				t.Errorf("h2spec %s: pepd fails a case Go's server passes (again %d of 3 times, Go's server 0)", id, pepN)
-			} else {
-				t.Logf("h2spec %s: failed once by pepd, then pepd %d of 3, Go's server %d of 3: a race, not a gap", id, pepN, goN)
-			}
-		case !known:
-			t.Errorf("h2spec %s: failed by pepd and Go's server, not named in h2specGaps", id)
-		default:
+		if why, known := h2specGaps[id]; known {
 			t.Logf("h2spec %s (known): %s", id, why)
+			continue
+		}
+		// Some cases race the server's own writes against the frames
+		// h2spec sends next (8.1.2.6/1 and /2, a Content-Length that
+		// disagrees with the DATA: Go's server alone fails each in about
+		// one run of six, the issue's one-run fifth failure): run the case
+		// three more times against both, and fail on a failure that comes
+		// back.
+		pepN, goN := 0, 0
+		for range 3 {
+			if f, _ := runH2Spec(t, lt.Addr().String(), HealthPath, id); len(f) > 0 {
+				pepN++
+			}
+			if f, _ := runH2Spec(t, ln.Addr().String(), "/", id); len(f) > 0 {
+				goN++
+			}
+		}
+		switch {
+		case pepN >= 2 && goN == 0:
+			t.Errorf("h2spec %s: pepd fails a case Go's server passes (again %d of 3 times, Go's server 0)", id, pepN)
+		case pepN >= 2:
+			t.Errorf("h2spec %s: failed by pepd (again %d of 3 times) and Go's server (%d of 3), not named in h2specGaps", id, pepN, goN)
+		default:
+			t.Logf("h2spec %s: failed once by pepd, then pepd %d of 3, Go's server %d of 3: a race, not a gap", id, pepN, goN)
 		}
 	}
 }

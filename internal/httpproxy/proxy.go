@@ -323,6 +323,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	src, _ := netip.ParseAddrPort(r.RemoteAddr)
 	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 	if r.URL.Path == HealthPath && src.Addr().IsLoopback() {
+		drainBody(r)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "ok\n")
 		return
@@ -535,3 +536,18 @@ type bufferPool struct{ p *sync.Pool }
 
 func (b bufferPool) Get() []byte  { return *b.p.Get().(*[]byte) }
 func (b bufferPool) Put(x []byte) { b.p.Put(&x) }
+
+// maxDrain is how much of a request body pepd reads before it answers a
+// request itself (bytes).
+const maxDrain = 64 << 10
+
+// drainBody reads up to maxDrain bytes of r's body before pepd answers the
+// request itself, so that the server's framing checks see the whole
+// request first: over HTTP/2 a body that disagrees with its Content-Length
+// is then a PROTOCOL_ERROR stream reset (RFC 9113 §8.1.1) rather than a
+// 200 that raced the reset.
+func drainBody(r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		io.Copy(io.Discard, io.LimitReader(r.Body, maxDrain))
+	}
+}
