@@ -236,7 +236,11 @@ func NewServer(p *Proxy, lim Limits, log *slog.Logger, m *Metrics) *Server {
 	// connection, so a reader that takes no byte for that long is closed
 	// (the slow reader); Go's would set and clear a deadline around every
 	// flush (two timer updates per frame batch).
-	s.tlsSrv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: lim.MaxStreams}
+	// MaxReadFrameSize: the protocol's initial SETTINGS_MAX_FRAME_SIZE
+	// (16,384 bytes, RFC 9113 §6.5.2) rather than Go's 1 MiB, so that a
+	// frame over it is the FRAME_SIZE_ERROR connection error of §4.2 (h2spec
+	// 4.2/3); browsers send no larger frames.
+	s.tlsSrv.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: lim.MaxStreams, MaxReadFrameSize: 16 << 10}
 	if lim.H2Priority == H2RFC7540 {
 		// net/http's own HTTP/2 server has no scheduler setting: x/net's
 		// server (the same code, exported) takes the connections instead.
