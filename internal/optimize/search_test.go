@@ -51,7 +51,7 @@ func banner(t testing.TB) []byte {
 // libvips (24,750 bytes).
 func bannerJPEG(t testing.TB) []byte {
 	t.Helper()
-	e, err := newEncoder(banner(t))
+	e, err := newEncoder(banner(t), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestImageFlatGraphic(t *testing.T) {
 		t.Fatal("lossless WebP's pixels differ from the original's")
 	}
 	// The claim above: no lossy quality reaches the target.
-	e, err := newEncoder(in)
+	e, err := newEncoder(in, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestImageJPEGFallback(t *testing.T) {
 	in := bannerJPEG(t)
 	o := DefaultImageOptions()
 	// The claim: no WebP reaches the target below the original's size.
-	e, err := newEncoder(in)
+	e, err := newEncoder(in, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestAVIFLargerStaysWebP(t *testing.T) {
 		}
 		// The claim: the AVIF that reaches the target is larger than the
 		// WebP, or none does.
-		e, err := newEncoder(in)
+		e, err := newEncoder(in, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,8 +16,9 @@ import (
 // TestQualityReport runs the report over the optimizer's real test images
 // (internal/optimize/testdata, make.sh) at qualities 30 and 90 and checks
 // what it measured: the photo's SSIM rises with the quality, every SSIM is
-// in (0, 1], the animated GIF, the corrupt and truncated files and the
-// decompression bomb are counted as skipped with pepd's reasons, the
+// in (0, 1], the corrupt and truncated files and the decompression bomb
+// are counted as skipped with pepd's reasons, the animated GIF is
+// measured frame by frame, the
 // rotated JPEG is compared upright, and the outcome derived for pepd's
 // minimum saving is optimize.Image's own with the default options.
 func TestQualityReport(t *testing.T) {
@@ -61,19 +62,22 @@ func TestQualityReport(t *testing.T) {
 	if r := byName["rotated.jpg"]; r.Size != "300x400" || r.Outcomes[1].SSIM < 0.9 {
 		t.Errorf("rotated.jpg (EXIF orientation 6, stored 400x300): size %q, SSIM q90 %.4f: want 300x400 and >= 0.9", r.Size, r.Outcomes[1].SSIM)
 	}
+	if a := byName["animated.gif"]; !strings.HasSuffix(a.Mode, "+anim31") || a.Outcomes[2].Skip != "" || a.Outcomes[2].SSIM < optimize.DefaultTarget {
+		t.Errorf("animated.gif (31 frames): mode %q, at the target skip %q SSIM %.4f: want measured frame by frame (+anim31), served, >= %.2f",
+			a.Mode, a.Outcomes[2].Skip, a.Outcomes[2].SSIM, optimize.DefaultTarget)
+	}
 	if m := byName["cmyk.jpg"].Mode; m != "CMYK" {
 		t.Errorf("cmyk.jpg: mode %q, want CMYK", m)
 	}
 
 	skips := map[string]string{
-		"animated.gif":  optimize.SkipAnimated,
 		"corrupt.jpg":   optimize.SkipUndecodable,
 		"truncated.png": optimize.SkipUndecodable,
 		"bomb.png":      optimize.SkipPixels,
 		"small.gif":     optimize.SkipNotSmaller,
 	}
 	for j, s := range rep.Overall {
-		for _, reason := range []string{optimize.SkipAnimated, optimize.SkipUndecodable, optimize.SkipPixels} {
+		for _, reason := range []string{optimize.SkipUndecodable, optimize.SkipPixels} {
 			if s.Served.Skipped[reason] == 0 {
 				t.Errorf("q%d: skipped %v: want %q counted", s.Quality, s.Served.Skipped, reason)
 			}

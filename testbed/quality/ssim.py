@@ -16,7 +16,10 @@
 # Both are composited over white (alpha) and compared in RGB with
 # scikit-image's structural_similarity (Wang et al. 2004; 7x7 uniform
 # window, data_range 255, channel_axis=2). Images under 7x7 pixels are
-# skipped ("smaller than 7x7"). Consecutive pairs with the same original
+# skipped ("smaller than 7x7"). An animated original (mode "...+animN",
+# N frames) is compared frame by frame with the frame of the transcode on
+# screen at the same moment, and its SSIM is its worst frame's.
+# Consecutive pairs with the same original
 # decode it once. WORKERS (default 2) processes share the work.
 import io
 import sys
@@ -45,6 +48,8 @@ def over_white(im):
 
 def original(path):
     im = Image.open(path)
+    if getattr(im, "is_animated", False):
+        return shown(im), f"{im.mode}+anim{im.n_frames}"
     im.seek(0)
     im.load()
     mode = im.mode
@@ -70,10 +75,43 @@ def original(path):
     return over_white(im), mode
 
 
+def shown(im):
+    """The frames of an animated image as a browser shows them: each one
+    composed (Pillow applies a GIF's disposal and transparency), over white,
+    with its duration in ms (a duration of 10 ms or less is shown for 100,
+    as Chromium and Firefox do)."""
+    out = []
+    for i in range(im.n_frames):
+        im.seek(i)
+        im.load()  # Pillow's WebP reader sets a frame's duration on load
+        d = im.info.get("duration") or 0
+        out.append((over_white(im), 100 if d <= 10 else d))
+    return out
+
+
 def webp(path):
     im = Image.open(path)
+    if getattr(im, "is_animated", False):
+        return shown(im)
     im.load()
     return over_white(im)
+
+
+def animated_ssim(a, b):
+    """The lowest SSIM over an animation's frames: at the start of each
+    frame of a, the frame of b then on screen (an encoder may merge a frame
+    into the one before it, adding its duration); None when b's frames
+    differ in size."""
+    worst, t, j, j_end = 1.0, 0, 0, b[0][1]
+    for frame, d in a:
+        while t >= j_end and j + 1 < len(b):
+            j += 1
+            j_end += b[j][1]
+        if frame.shape != b[j][0].shape:
+            return None
+        worst = min(worst, structural_similarity(frame, b[j][0], channel_axis=2, data_range=255))
+        t += d
+    return worst
 
 
 def group(pairs):
@@ -89,6 +127,19 @@ def group(pairs):
         except Exception as e:
             out.append(f"{key}\tskip\tdecode webp: {type(e).__name__}")
             continue
+        if isinstance(a, list):  # an animation: its worst frame
+            if not isinstance(b, list):
+                b = [(b, 1)]  # one frame shown for the whole animation
+            s = None if min(a[0][0].shape[0], a[0][0].shape[1]) < 7 else animated_ssim(a, b)
+            if min(a[0][0].shape[0], a[0][0].shape[1]) < 7:
+                out.append(f"{key}\tskip\tsmaller than 7x7")
+            elif s is None:
+                out.append(f"{key}\tskip\tframes of different shapes")
+            else:
+                out.append(f"{key}\t{s:.6f}\t{a[0][0].shape[1]}x{a[0][0].shape[0]}\t{mode}")
+            continue
+        if isinstance(b, list):
+            b = b[0][0]
         if a.shape != b.shape:
             out.append(f"{key}\tskip\tshape {a.shape[1]}x{a.shape[0]} vs {b.shape[1]}x{b.shape[0]}")
         elif min(a.shape[0], a.shape[1]) < 7:
