@@ -286,6 +286,9 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 			default:
 				what = fmt.Sprintf("%s -> %s q%d, SSIM %.4f (lowest 32x32 tile %.4f)", res.Format, strings.TrimPrefix(res.ContentType, "image/"), res.Quality, res.SSIM, res.WorstTile)
 			}
+			if res.Frames > 0 {
+				what += fmt.Sprintf(", animated, %d frames (SSIM: the worst frame's)", res.Frames)
+			}
 			what += fmt.Sprintf(", %d encodes, %.1f ms", res.Encodes, float64(took.Microseconds())/1000)
 			if *quick > 0 {
 				start := time.Now()

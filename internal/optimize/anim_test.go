@@ -148,6 +148,9 @@ func TestAnimatedGIF(t *testing.T) {
 				t.Skipf("the spinner's WebP saves less than %.0f %%", 100*o.MinSaving)
 			}
 			checkAnimation(t, in, res, o.Target)
+			if want := map[string]int{"pan": 4, "animated.gif": 31}[name]; res.Frames != want {
+				t.Errorf("Frames %d, want %d", res.Frames, want)
+			}
 			if name == "pan" && res.Lossless {
 				t.Errorf("the photograph served lossless: its lossy encodes, one frame fewer, were not measured")
 			}

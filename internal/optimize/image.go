@@ -149,6 +149,10 @@ type ImageResult struct {
 	// Encodes is the number of encodes run (the search's cost: WebP,
 	// then JPEG for the fallback; AVIF's own).
 	Encodes int
+	// Frames is the number of frames of an animated GIF that was decoded
+	// (each encode wrote them all; SSIM and WorstTile are then the worst
+	// frame's); 0 for a still image.
+	Frames int
 }
 
 var vipsOnce sync.Once
@@ -357,6 +361,9 @@ func AVIF(in []byte, o ImageOptions, webp ImageResult) ImageResult {
 // (SkipUndecodable, SkipNotSmaller).
 func (res ImageResult) chosen(e *encoder, c candidate, err error, limit int, contentType string) ImageResult {
 	res.Encodes = e.encodes
+	if e.pages > 1 {
+		res.Frames = e.pages
+	}
 	if err != nil {
 		res.Skip = SkipUndecodable
 		return res
