@@ -291,12 +291,13 @@ func TestOptimizeImage(t *testing.T) {
 		t.Errorf("-o: %v, %d bytes", err, len(b))
 	}
 	stdout.Reset()
-	if code := run([]string{"optimize-image", dir + "palette.png", dir + "animated.gif"}, nil, &stdout, &stderr); code != 0 {
+	if code := run([]string{"optimize-image", dir + "palette.png", dir + "animated.gif", dir + "small.gif"}, nil, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != 2 || !strings.Contains(lines[0], "png -> webp lossless, SSIM 1") || !strings.Contains(lines[1], "passes untouched: animated") {
-		t.Errorf("two files: %q", stdout.String())
+	if len(lines) != 3 || !strings.Contains(lines[0], "png -> webp lossless, SSIM 1") ||
+		!strings.Contains(lines[1], "animated, 31 frames (SSIM: the worst frame's)") || !strings.Contains(lines[2], "passes untouched: not smaller") {
+		t.Errorf("three files: %q", stdout.String())
 	}
 	if code := run([]string{"optimize-image", "-o", out, dir + "photo.jpg", dir + "palette.png"}, nil, &stdout, &stderr); code != 2 {
 		t.Errorf("-o with two files: exit %d, want 2 (usage)", code)
