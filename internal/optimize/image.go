@@ -190,7 +190,7 @@ func (e errSkip) Error() string { return string(e) }
 // Image transcodes a JPEG, PNG or GIF to WebP with libvips (libwebp's
 // encoder, libjpeg-turbo/libspng/libnsgif decoders); an animated GIF
 // becomes an animated WebP with the same frames, delays and loop count,
-// chosen by the SSIM of all its frames together (newEncoder). EXIF
+// chosen by its worst frame's SSIM (newEncoder, encoder.ssim). EXIF
 // orientation applied (the pixels rotated, the tag dropped), colour in an
 // embedded ICC profile or in CMYK converted to sRGB and a 0.5 KB sRGB
 // profile kept, alpha kept, other metadata (EXIF, XMP) dropped.
