@@ -130,13 +130,14 @@ def group(pairs):
         if isinstance(a, list):  # an animation: its worst frame
             if not isinstance(b, list):
                 b = [(b, 1)]  # one frame shown for the whole animation
-            s = None if min(a[0][0].shape[0], a[0][0].shape[1]) < 7 else animated_ssim(a, b)
-            if min(a[0][0].shape[0], a[0][0].shape[1]) < 7:
+            h, w = a[0][0].shape[:2]
+            s = animated_ssim(a, b) if min(h, w) >= 7 else None
+            if min(h, w) < 7:
                 out.append(f"{key}\tskip\tsmaller than 7x7")
             elif s is None:
                 out.append(f"{key}\tskip\tframes of different shapes")
             else:
-                out.append(f"{key}\t{s:.6f}\t{a[0][0].shape[1]}x{a[0][0].shape[0]}\t{mode}")
+                out.append(f"{key}\t{s:.6f}\t{w}x{h}\t{mode}")
             continue
         if isinstance(b, list):
             b = b[0][0]
