@@ -2,6 +2,7 @@ package report
 
 import (
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -98,10 +99,24 @@ type Load struct {
 	// the network over https.
 	Upgraded, DocHTTPS, Fallback bool
 	DocDelay, DocTLS, HTTPSShare float64
+	// VIPBytes is the part of Bytes that came from the VIP (its address
+	// as the URL's host, any scheme and port): what pepd served from
+	// Squid and its optimizer. SplicedBytes is the part that came over
+	// https from any other host: TLS that pepd splices without decrypting
+	// (issue 25: nothing encrypted is decrypted), which no mode of pep can
+	// cache, rewrite or transform. Bytes - SplicedBytes is what pep can
+	// reach; in direct's loads SplicedBytes / Bytes is the smallest share
+	// of direct's bytes any mode can carry (writeReach).
+	VIPBytes, SplicedBytes int64
 }
 
 // Analyze reads one load's HAR. rtt is the link's round trip (ms).
-func Analyze(h *har.HAR, rtt float64) Load {
+func Analyze(h *har.HAR, rtt float64) Load { return AnalyzeVIP(h, rtt, "") }
+
+// AnalyzeVIP is Analyze that also splits the load's bytes by where they
+// came from (Load.VIPBytes, Load.SplicedBytes); vip is the VIP's host as
+// the rewritten URLs name it (Config.VIP, an address; "" for none).
+func AnalyzeVIP(h *har.HAR, rtt float64, vip string) Load {
 	var l Load
 	pg := h.Log.Pages[0]
 	l.PLT = pg.PageTimings.OnLoad
@@ -128,6 +143,14 @@ func Analyze(h *har.HAR, rtt float64) Load {
 			conns[e.Connection] = true
 		}
 		l.Bytes += e.Response.TransferSize
+		if u, err := url.Parse(e.Request.URL); err == nil {
+			switch {
+			case vip != "" && strings.Trim(u.Hostname(), "[]") == vip:
+				l.VIPBytes += e.Response.TransferSize
+			case u.Scheme == "https":
+				l.SplicedBytes += e.Response.TransferSize
+			}
+		}
 		if e.Timings.Blocked > 0 {
 			l.Queued += e.Timings.Blocked
 			if e.Timings.Blocked > rtt {
@@ -503,7 +526,7 @@ func ReadTimes(r *Results, dir string, v View) TimeView {
 			tv.Errors = append(tv.Errors, err.Error())
 			continue
 		}
-		l := Analyze(h, v.Profile.RTTms)
+		l := AnalyzeVIP(h, v.Profile.RTTms, r.Config.VIP)
 		l.Page, l.Mode, l.Run, l.HAR = rec.Page, rec.Mode, rec.Run, rec.HAR
 		if st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(rec.HAR))); err == nil {
 			l.HARBytes = st.Size()

@@ -162,6 +162,7 @@ func writeTimes(b *bytes.Buffer, v View, tv TimeView) {
 		}
 		b.WriteString("\n")
 	}
+	writeReach(b, v, tv)
 	writeSlower(b, v, tv)
 	writeUpgrades(b, v, tv)
 	if len(tv.Loads) > 0 {
@@ -297,7 +298,7 @@ func WriteLoadsCSV(path string, v View, tv TimeView) error {
 	w := csv.NewWriter(f)
 	head := []string{"page", "mode", "run", "plt_ms", "bytes", "requests", "network_requests", "conns", "request_bound_ms", "link_bound_ms",
 		"queued_ms", "requests_queued_over_rtt", "max_in_flight", "mean_in_flight", "chain_levels", "chain_rtts",
-		"upgraded", "doc_https", "fallback", "doc_delay_ms", "doc_tls_ms", "https_share"}
+		"upgraded", "doc_https", "fallback", "doc_delay_ms", "doc_tls_ms", "https_share", "vip_bytes", "spliced_bytes"}
 	for _, n := range PhaseNames {
 		head = append(head, "critical_"+n+"_ms")
 	}
@@ -309,7 +310,7 @@ func WriteLoadsCSV(path string, v View, tv TimeView) error {
 			strconv.Itoa(l.Conns), ff(l.RequestBound), ff(Bound(float64(l.Bytes), v.Profile)), ff(l.Queued), strconv.Itoa(l.QueuedRequests),
 			strconv.Itoa(l.MaxInFlight), strconv.FormatFloat(l.MeanInFlight, 'f', 2, 64), strconv.Itoa(l.Depth), strconv.Itoa(l.ChainRTTs),
 			strconv.FormatBool(l.Upgraded), strconv.FormatBool(l.DocHTTPS), strconv.FormatBool(l.Fallback), ff(l.DocDelay), ff(l.DocTLS),
-			strconv.FormatFloat(l.HTTPSShare, 'f', 3, 64)}
+			strconv.FormatFloat(l.HTTPSShare, 'f', 3, 64), strconv.FormatInt(l.VIPBytes, 10), strconv.FormatInt(l.SplicedBytes, 10)}
 		for _, c := range l.Critical {
 			row = append(row, ff(c))
 		}
