@@ -52,3 +52,61 @@ func TestOfGone(t *testing.T) {
 		t.Error("no error for a process that does not exist")
 	}
 }
+
+// TestSplit: user and system time apart, each agreeing with getrusage(2)
+// to within three clock ticks, over work that spins in user space and
+// then writes to /dev/null (system time).
+func TestSplit(t *testing.T) {
+	rusage := func() (time.Duration, time.Duration) {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	u0, s0, err := Split(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ru0, rs0 := rusage()
+	start := time.Now()
+	for x := 0; time.Since(start) < 10*time.Second; {
+		if ru, _ := rusage(); ru-ru0 >= 150*time.Millisecond {
+			break
+		}
+		for range 100000 {
+			x = x*x + 1
+		}
+	}
+	buf := make([]byte, 1<<16)
+	for time.Since(start) < 10*time.Second {
+		if _, rs := rusage(); rs-rs0 >= 150*time.Millisecond {
+			break
+		}
+		for range 100 {
+			null.Write(buf)
+		}
+	}
+	u1, s1, err := Split(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ru1, rs1 := rusage()
+	if ru1-ru0 < 50*time.Millisecond || rs1-rs0 < 50*time.Millisecond {
+		t.Skipf("the machine gave this process %v user and %v system time in 10 s: too loaded to compare", ru1-ru0, rs1-rs0)
+	}
+	if d := (u1 - u0) - (ru1 - ru0); d < -40*time.Millisecond || d > 40*time.Millisecond {
+		t.Errorf("user time grew %v by Split, %v by getrusage", u1-u0, ru1-ru0)
+	}
+	if d := (s1 - s0) - (rs1 - rs0); d < -40*time.Millisecond || d > 40*time.Millisecond {
+		t.Errorf("system time grew %v by Split, %v by getrusage", s1-s0, rs1-rs0)
+	}
+	if all, err := Of(os.Getpid()); err != nil || all < u1+s1 {
+		t.Errorf("Of = %v, %v; want at least Split's %v", all, err, u1+s1)
+	}
+}

@@ -30,6 +30,16 @@ func procCPU(t testing.TB, pid int) time.Duration {
 	return d
 }
 
+// procSplit is cputime.Split for a benchmark: pid's user and system CPU
+// time so far.
+func procSplit(t testing.TB, pid int) (user, system time.Duration) {
+	u, s, err := cputime.Split(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u, s
+}
+
 // startForwarder starts a byte forwarder to upstream on a loopback port:
 // per connection, two goroutines copying with read(2)/write(2) through a
 // 64 KiB buffer, no parsing. It is the floor of any user-space proxy in
@@ -487,8 +497,10 @@ func perfPerRequest(out string, n int) string {
 // appliance where Squid has the other core); the CPU counted is this
 // process's (cputime, /proc) over the phase, divided by the requests
 // h2load completed. A round runs each phase once; the median round is
-// reported per phase, as µs/req, the ratio to relay-h1 in the same round,
-// and h2load's 99th percentile request time. Run (make bench-h2):
+// reported per phase, as µs/req (and apart as user and system time: the
+// kernel's share, system calls and the TCP stack, against user space's,
+// parsing, TLS and the Go runtime), the ratio to relay-h1 in the same
+// round, and h2load's 99th percentile request time. Run (make bench-h2):
 //
 //	go test -run '^$' -bench H2CPU -benchtime 1x ./internal/httpproxy/
 //
@@ -549,8 +561,8 @@ func BenchmarkH2CPU(b *testing.B) {
 	d := time.Duration(secs) * time.Second
 	self, squidPid := os.Getpid(), sq.Cmd.Process.Pid
 	type result struct {
-		pep, squid, ratio, rate float64
-		p99                     time.Duration
+		pep, user, sys, squid, ratio, rate float64
+		p99                                time.Duration
 	}
 	res := map[string][]result{}
 	syscalls := map[string]string{}
@@ -568,9 +580,12 @@ func BenchmarkH2CPU(b *testing.B) {
 				}
 			}
 			p.Srv.unbatched.Store(ph.unbatched)
-			s0, p0 := procCPU(b, squidPid), procCPU(b, self)
+			s0 := procCPU(b, squidPid)
+			u0, k0 := procSplit(b, self)
 			r := runH2loadP99(b, ph.url, d, ph.conns, ph.streams, ph.h1)
-			s1, p1 := procCPU(b, squidPid), procCPU(b, self)
+			s1 := procCPU(b, squidPid)
+			u1, k1 := procSplit(b, self)
+			p0, p1 := u0+k0, u1+k1
 			if perf != nil {
 				perf.Wait()
 				syscalls[ph.label] = perfPerRequest(perfOut.String(), r.n) // the last round's
@@ -579,7 +594,8 @@ func BenchmarkH2CPU(b *testing.B) {
 			if ph.label == "relay-h1" {
 				relay = pep
 			}
-			res[ph.label] = append(res[ph.label], result{pep, float64(s1-s0) / float64(r.n) / 1e3, pep / relay, float64(r.n) / d.Seconds(), r.p99})
+			perReq := func(t time.Duration) float64 { return float64(t) / float64(r.n) / 1e3 }
+			res[ph.label] = append(res[ph.label], result{pep, perReq(u1 - u0), perReq(k1 - k0), perReq(s1 - s0), pep / relay, float64(r.n) / d.Seconds(), r.p99})
 		}
 	}
 	b.StopTimer()
@@ -590,8 +606,8 @@ func BenchmarkH2CPU(b *testing.B) {
 		b.ReportMetric(m.pep, ph.label+"-pep-µs/req")
 		b.ReportMetric(m.ratio, ph.label+"-ratio")
 		b.ReportMetric(float64(m.p99.Microseconds()), ph.label+"-p99-µs")
-		b.Logf("%-17s pepd %6.1f µs/req (x%.2f relay-h1; min x%.2f, max x%.2f over %d rounds), squid %5.1f µs/req, %6.0f req/s, p99 %v",
-			ph.label, m.pep, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), m.squid, m.rate, m.p99)
+		b.Logf("%-17s pepd %6.1f µs/req (x%.2f relay-h1; min x%.2f, max x%.2f over %d rounds; user %.1f, system %.1f), squid %5.1f µs/req, %6.0f req/s, p99 %v",
+			ph.label, m.pep, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), m.user, m.sys, m.squid, m.rate, m.p99)
 		if sc := syscalls[ph.label]; sc != "" {
 			b.Logf("%-17s system calls per request (last round): %s", ph.label, sc)
 		}
