@@ -1,6 +1,7 @@
 package report
 
 import (
+	"encoding/csv"
 	"fmt"
 	"math"
 	"os"
@@ -223,6 +224,31 @@ func TestGenerateWithHARs(t *testing.T) {
 	} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("report lacks %q", s)
+		}
+	}
+	// The CSV: a row per loaded load with a HAR, every row as long as the
+	// header; the golden load has no LCP URL (empty LCP cells) and all
+	// its bytes over http (spliced 0).
+	if f, err := os.Open(filepath.Join(dir, "paper-average-loads.csv")); err != nil {
+		t.Error(err)
+	} else {
+		rows, err := csv.NewReader(f).ReadAll()
+		f.Close()
+		if err != nil || len(rows) != loaded+1 {
+			t.Errorf("loads.csv: %d rows, %v; want the header and %d loads", len(rows), err, loaded)
+		} else {
+			col := map[string]int{}
+			for i, h := range rows[0] {
+				col[h] = i
+			}
+			for _, h := range []string{"vip_bytes", "spliced_bytes", "lcp_image_ms", "lcp_transfer_ms", "har"} {
+				if _, ok := col[h]; !ok {
+					t.Errorf("loads.csv has no column %s: %v", h, rows[0])
+				}
+			}
+			if r := rows[1]; r[col["spliced_bytes"]] != "0" || r[col["lcp_image_ms"]] != "" || r[col["har"]] != "golden.har" {
+				t.Errorf("loads.csv row %v: want spliced 0, no LCP image, har golden.har", r)
+			}
 		}
 	}
 	for _, f := range []string{"paper-average-loads.csv", "paper-average-critical.png", "paper-average-inflight.png", "paper-average-waterfall-direct.png", "paper-average-waterfall-url.png"} {

@@ -302,6 +302,10 @@ func WriteLoadsCSV(path string, v View, tv TimeView) error {
 	for _, n := range PhaseNames {
 		head = append(head, "critical_"+n+"_ms")
 	}
+	head = append(head, "lcp_image_ms")
+	for _, n := range PhaseNames {
+		head = append(head, "lcp_"+n+"_ms")
+	}
 	head = append(head, "har")
 	w.Write(head)
 	ff := func(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
@@ -313,6 +317,16 @@ func WriteLoadsCSV(path string, v View, tv TimeView) error {
 			strconv.FormatFloat(l.HTTPSShare, 'f', 3, 64), strconv.FormatInt(l.VIPBytes, 10), strconv.FormatInt(l.SplicedBytes, 10)}
 		for _, c := range l.Critical {
 			row = append(row, ff(c))
+		}
+		// The LCP image's path (Load.LCP, LCPCritical): empty cells for a
+		// text LCP or an image the HAR does not hold.
+		if l.LCP > 0 {
+			row = append(row, ff(l.LCP))
+			for _, c := range l.LCPCritical {
+				row = append(row, ff(c))
+			}
+		} else {
+			row = append(row, make([]string, 1+int(NumPhases))...)
 		}
 		row = append(row, l.HAR)
 		w.Write(row)
