@@ -101,6 +101,16 @@ func size(kind string, body []byte) (format string, units int64, ok bool) {
 	return format, int64(cfg.Width) * int64(cfg.Height), true
 }
 
+// frameUnits is the units a finished image transform learns from: the
+// size's pixels (one frame: size reads the header alone) times the frames
+// it decoded (ImageResult.Frames; an animated GIF's encodes and SSIMs
+// cover every frame, so its time grows with them). Learned as one frame,
+// a 20-frame GIF would sit on the cost line as a small image that took
+// long, and raise the predicted work of every GIF after it.
+func frameUnits(units int64, res ImageResult) int64 {
+	return units * int64(max(res.Frames, 1))
+}
+
 // estimate returns the predicted work of a transform of units of format;
 // known is false until the format has minSamples finished transforms.
 func (b *backlog) estimate(format string, units int64) (work time.Duration, known bool) {

@@ -3,6 +3,7 @@ package optimize
 import (
 	"bytes"
 	"crypto/sha256"
+	"image/gif"
 	"io"
 	"net/http"
 	"os"
@@ -158,6 +159,42 @@ func TestServerBacklog(t *testing.T) {
 		}
 		if r := testutil.ToFloat64(w.m.busy); r != 0 {
 			t.Errorf("running = %v after every transform ended, want 0", r)
+		}
+	})
+
+	// An animated GIF is learned at its pixels times its frames
+	// (frameUnits): panGIF's 4 frames of 320x240, one sample on the GIF
+	// cost line; a still GIF at its pixels.
+	t.Run("animated", func(t *testing.T) {
+		anim := panGIF(t)
+		g, err := gif.DecodeAll(bytes.NewReader(anim))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var still bytes.Buffer // the first frame alone
+		if err := gif.Encode(&still, g.Image[0], nil); err != nil {
+			t.Fatal(err)
+		}
+		w := startServerWorld(t, Options{Workers: 1, Deadline: testenv.Scale(time.Minute)},
+			map[string]http.HandlerFunc{"/pan.gif": serveBytes(TypeGIF, anim), "/still.gif": serveBytes(TypeGIF, still.Bytes())})
+		learned := func() float64 {
+			w.s.webp.backlog.mu.Lock()
+			defer w.s.webp.backlog.mu.Unlock()
+			if c := w.s.webp.backlog.costs["gif"]; c != nil {
+				return c.x
+			}
+			return 0
+		}
+		if resp, _, err := w.get(t, "/pan.gif"); err != nil || resp.Header.Get("Content-Type") != TypeWebP {
+			t.Fatalf("pan.gif: %v %v, want an animated WebP", resp, err)
+		}
+		if got := learned(); got != 320*240*4 {
+			t.Errorf("learned %v units from a 4-frame 320x240 GIF, want %d (pixels x frames)", got, 320*240*4)
+		}
+		before := learned()
+		w.get(t, "/still.gif")
+		if got := learned() - before*(1-costWeight); got < 320*240-1e-3 || got > 320*240+1e-3 {
+			t.Errorf("learned %v units from a still 320x240 GIF, want %d", got, 320*240)
 		}
 	})
 

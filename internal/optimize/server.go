@@ -698,15 +698,17 @@ func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency
 			return s.queue(pool, len(body), urgency, rank, work, func() transformResult {
 				start := time.Now()
 				var r transformResult
+				done := units
 				if kind == "image" {
 					res := Image(body, s.o.Image)
 					r = transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
+					done = frameUnits(units, res)
 				} else {
 					r.out, r.skip = Text(body, enc, t, s.o.BrotliQuality, s.o.MaxBodyBytes)
 				}
 				took := time.Since(start)
 				s.o.Metrics.done(t, took)
-				pool.backlog.learn(format, units, took)
+				pool.backlog.learn(format, done, took)
 				s.results.put(key, r)
 				if avif && r.skip != SkipOverload {
 					s.avifFor(sum, body, r) // for the next miss, if this one cannot wait
@@ -823,7 +825,7 @@ func (s *Server) quick(sum [32]byte, body []byte, format string, units int64, ur
 			res := Quick(body, s.o.Image, s.o.QuickQuality)
 			took := time.Since(start)
 			s.o.Metrics.done("quick", took)
-			pool.backlog.learn(format, units, took)
+			pool.backlog.learn(format, frameUnits(units, res), took)
 			return transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
 		}), nil
 	})
