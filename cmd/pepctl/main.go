@@ -239,6 +239,7 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 	o := optimize.DefaultImageOptions()
 	fs.Float64Var(&o.Target, "target", o.Target, "SSIM every served image reaches, 0-1; 0: the fixed rule (optimize.ssim_target)")
 	fs.Float64Var(&o.TileFloor, "tile-floor", o.TileFloor, "SSIM every 32x32 tile of a lossy WebP reaches, 0-1 (optimize.ssim_tile_floor)")
+	fs.IntVar(&o.Refine, "refine", o.Refine, fmt.Sprintf("refining encodes between two qualities of the search's grid, 0-%d (optimize.ssim_refine)", optimize.MaxRefine))
 	fs.IntVar(&o.Quality, "quality", o.Quality, "the fixed rule's WebP quality of JPEG photos, 1-100 (optimize.quality)")
 	fs.Int64Var(&o.MaxPixels, "max-pixels", o.MaxPixels, "pixel limit (optimize.max_pixels)")
 	fs.Float64Var(&o.MinSaving, "min-saving", o.MinSaving, "the fraction an image's result must save to be served (optimize.min_saving; text: optimize.MinTextSaving, 3 %)")
@@ -262,6 +263,9 @@ func optimizeFile(cmd string, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.Target < 0 || o.Target > 1 || o.TileFloor < 0 || o.TileFloor > 1 || o.Quality < 1 || o.Quality > 100 {
 		return fmt.Errorf("-target %v, -tile-floor %v (0-1) or -quality %d (1-100) out of range", o.Target, o.TileFloor, o.Quality)
+	}
+	if o.Refine < 0 || o.Refine > optimize.MaxRefine {
+		return fmt.Errorf("-refine %d out of range (0-%d)", o.Refine, optimize.MaxRefine)
 	}
 	for _, name := range fs.Args() {
 		in, err := os.ReadFile(name)

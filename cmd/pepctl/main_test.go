@@ -282,10 +282,23 @@ func TestOptimizeImage(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	line := stdout.String()
-	for _, want := range []string{"starfield.jpg: 57074 -> ", "jpeg -> webp q90, SSIM 0.9600 (lowest 32x32 tile 0.9453), 4 encodes, "} {
+	// The grid's q90, then one refining encode (optimize.ssim_refine 1) at
+	// q87, below the target.
+	for _, want := range []string{"starfield.jpg: 57074 -> ", "jpeg -> webp q90, SSIM 0.9600 (lowest 32x32 tile 0.9453), 5 encodes, "} {
 		if !strings.Contains(line, want) {
 			t.Errorf("output %q lacks %q", line, want)
 		}
+	}
+	// Two refining encodes find q88 between the grid's 85 and 90.
+	stdout.Reset()
+	if code := run([]string{"optimize-image", "-refine", "2", dir + "starfield.jpg"}, nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("-refine 2: exit %d: %s", code, stderr.String())
+	}
+	if want := "jpeg -> webp q88, SSIM 0.9521"; !strings.Contains(stdout.String(), want) {
+		t.Errorf("-refine 2: output %q lacks %q", stdout.String(), want)
+	}
+	if code := run([]string{"optimize-image", "-refine", "9", dir + "starfield.jpg"}, nil, &stdout, &stderr); code == 0 {
+		t.Error("-refine 9: exit 0, want a usage error")
 	}
 	if b, err := os.ReadFile(out); err != nil || !bytes.HasPrefix(b, []byte("RIFF")) {
 		t.Errorf("-o: %v, %d bytes", err, len(b))

@@ -22,7 +22,7 @@ func cmdQuality(args []string) error {
 	corpora := fs.String("corpus", defaultQualityCorpora(), `corpora, comma-separated: "default", a tp5n .tar.gz or folder, a WARC, ... (by default tp5n too when ../shared/corpus/tp5n.tar.gz is beside the repository)`)
 	files := fs.String("files", "", "more image files or folders, comma-separated")
 	qs := fs.String("q", "0,75", "rules to compare, comma-separated: 0 is pepd's per-image SSIM target (optimize.ssim_target), 1-100 the fixed rule at that WebP quality (JPEG lossy, PNG and GIF lossless)")
-	rules := fs.String("rules", "", `more rules after -q's, comma-separated: tTARGET[/fFLOOR][/avif], e.g. "t0.93/f0,t0.95/f0.90/avif" (the SSIM target 0.93 without a tile floor; 0.95 with floor 0.90 and AVIF served where smaller); the floor defaults to optimize.DefaultTileFloor`)
+	rules := fs.String("rules", "", `more rules after -q's, comma-separated: tTARGET[/fFLOOR][/rREFINE][/avif], e.g. "t0.93/f0,t0.95/f0.90/r2/avif" (the SSIM target 0.93 without a tile floor; 0.95 with floor 0.90, 2 refining encodes and AVIF served where smaller); the floor defaults to optimize.DefaultTileFloor, refine to optimize.DefaultRefine`)
 	sample := fs.Int("sample", 0, "measure this many distinct images drawn at random (0: all)")
 	seed := fs.Uint64("seed", 1, "the random sample's seed")
 	searchSSIM := fs.Bool("search-ssim", false, "skip scikit-image: report the SSIM the search measured itself (fast; fixed rules unmeasured)")

@@ -94,6 +94,7 @@ func TestErrors(t *testing.T) {
 		// section and the line here (issue 28).
 		{"optimize deadline", "optimize:\n  deadline: -1s\n", `bad.yaml:2: optimize.deadline: -1s must not be negative`},
 		{"optimize quick_quality", "optimize:\n  quick_quality: 101\n", `bad.yaml:2: optimize.quick_quality: 101 is outside 0..100 (0: off)`},
+		{"optimize ssim_refine", "optimize:\n  ssim_refine: 9\n", `bad.yaml:2: optimize.ssim_refine: 9 is outside 0..8 (0: the grid's quality)`},
 		{"optimize link_floor", "optimize:\n  link_floor: -1s\n", `bad.yaml:2: optimize.link_floor: -1s must not be negative`},
 		{"optimize order", "optimize:\n  order: lifo\n", `bad.yaml:2: optimize.order: "lifo": want urgency or arrival`},
 		{"optimize without listen", "optimize:\n  enabled: true\n  listen: \"\"\n", `bad.yaml:2: optimize.enabled: needs optimize.listen (Squid's parent)`},

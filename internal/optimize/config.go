@@ -30,6 +30,11 @@ type Config struct {
 	// with ssim_target, in 0..1; 0: none. Default DefaultTileFloor (0:
 	// none; 0.90 keeps 0.48 of tp5n's image bytes instead of 0.37).
 	SSIMTileFloor float64 `yaml:"ssim_tile_floor"`
+	// SSIMRefine is how many lossy encodes more the search may spend
+	// between the lowest quality of its grid that reaches ssim_target and
+	// the next lower one, each halving the gap (ImageOptions.Refine),
+	// 0..8; 0: the grid's quality. Default DefaultRefine.
+	SSIMRefine int `yaml:"ssim_refine"`
 	// Quality is the fixed rule's lossy WebP quality of JPEG photos, 1-100
 	// (used with ssim_target 0). Default DefaultQuality.
 	Quality int `yaml:"quality"`
@@ -119,7 +124,7 @@ type Config struct {
 // DefaultConfig returns the optimize section's defaults.
 func DefaultConfig() Config {
 	im := DefaultImageOptions()
-	return Config{Listen: "127.0.0.1:3131", SSIMTarget: im.Target, SSIMTileFloor: im.TileFloor, Quality: im.Quality,
+	return Config{Listen: "127.0.0.1:3131", SSIMTarget: im.Target, SSIMTileFloor: im.TileFloor, SSIMRefine: im.Refine, Quality: im.Quality,
 		BrotliQuality: DefaultBrotliQuality, MaxPixels: im.MaxPixels, MinSaving: im.MinSaving, MaxBodyBytes: 8 << 20, QueueBytes: DefaultQueueBytes, Deadline: DefaultDeadline,
 		DeferEarly: true, QuickQuality: DefaultQuickQuality, Order: "arrival", ResultBytes: DefaultResultBytes}
 }
@@ -133,6 +138,7 @@ func (c Config) Validate() error {
 		field.Check(c.Enabled && c.Listen == "", "enabled", "needs optimize.listen (Squid's parent)"),
 		field.Check(c.SSIMTarget < 0 || c.SSIMTarget > 1, "ssim_target", "%v is outside 0..1 (0: the fixed rule)", c.SSIMTarget),
 		field.Check(c.SSIMTileFloor < 0 || c.SSIMTileFloor > 1, "ssim_tile_floor", "%v is outside 0..1 (0: none)", c.SSIMTileFloor),
+		field.Check(c.SSIMRefine < 0 || c.SSIMRefine > MaxRefine, "ssim_refine", "%d is outside 0..%d (0: the grid's quality)", c.SSIMRefine, MaxRefine),
 		field.Check(c.Quality < 1 || c.Quality > 100, "quality", "%d is outside 1..100", c.Quality),
 		field.Check(c.BrotliQuality < 0 || c.BrotliQuality > 11, "brotli_quality", "%d is outside 0..11 (0: gzip only)", c.BrotliQuality),
 		field.AtLeast("max_pixels", c.MaxPixels, 1),
@@ -164,7 +170,7 @@ func (c Config) Validate() error {
 // caller adds Lookup, Control, UpstreamTimeout, Metrics and Log.
 func (c Config) Options() Options {
 	o := Options{
-		Image: ImageOptions{Target: c.SSIMTarget, TileFloor: c.SSIMTileFloor, Quality: c.Quality,
+		Image: ImageOptions{Target: c.SSIMTarget, TileFloor: c.SSIMTileFloor, Refine: c.SSIMRefine, Quality: c.Quality,
 			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
 		BrotliQuality: c.BrotliQuality,
 		MaxBodyBytes:  int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline, LinkDeadline: c.LinkDeadline, LinkFloor: c.LinkFloor,

@@ -190,7 +190,7 @@ func TestImageJPEGFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	limit := int(float64(len(in)) * (1 - o.MinSaving))
-	w, err := e.search(webpCodec, o.Target, o.TileFloor, limit, false)
+	w, err := e.search(webpCodec, o.Target, o.TileFloor, o.Refine, limit, false)
 	e.close()
 	if err != nil || w.out != nil {
 		t.Fatalf("a WebP qualifies (%d bytes, SSIM %.4f, %v): the test image is not hard", len(w.out), w.ssim, err)
@@ -304,7 +304,7 @@ func TestAVIFLargerStaysWebP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := e.search(avifCodec, o.Target, o.TileFloor, 1<<30, false)
+		c, err := e.search(avifCodec, o.Target, o.TileFloor, o.Refine, 1<<30, false)
 		e.close()
 		if err != nil {
 			t.Fatal(err)
@@ -391,5 +391,66 @@ func TestQuick(t *testing.T) {
 	o.Target = 0
 	if res := Quick(in, o, DefaultQuickQuality); res.Skip != SkipNoTarget || !bytes.Equal(res.Body, in) {
 		t.Errorf("target 0: skip %q, want %q and the original", res.Skip, SkipNoTarget)
+	}
+}
+
+// TestSearchRefine: the refining encodes (ImageOptions.Refine) serve an
+// image at a quality between the grid's, never below the target and
+// never larger than the grid's answer; with enough of them the quality
+// served is the lowest that reaches the target: one lower falls short
+// (measured here by libvips's own decode, not by the search). photo.jpg
+// lands between two grid qualities, so a search that ignored Refine
+// fails the strict check.
+func TestSearchRefine(t *testing.T) {
+	lower := false
+	for _, name := range []string{"photo.jpg", "starfield.jpg"} {
+		in := readTestdata(t, name)
+		o := DefaultImageOptions()
+		o.Refine = 0
+		grid := Image(in, o)
+		o.Refine = 8
+		fine := Image(in, o)
+		if grid.Skip != "" || fine.Skip != "" || grid.Lossless || fine.Lossless {
+			t.Fatalf("%s: skip %q / %q, lossless %v / %v: want lossy WebPs", name, grid.Skip, fine.Skip, grid.Lossless, fine.Lossless)
+		}
+		s := measured(t, in, fine.Body)
+		if s < o.Target || abs(s-fine.SSIM) > 1e-9 {
+			t.Errorf("%s refined: q%d SSIM %.4f (search said %.4f), want >= %.2f", name, fine.Quality, s, fine.SSIM, o.Target)
+		}
+		if fine.Quality > grid.Quality || len(fine.Body) > len(grid.Body) {
+			t.Errorf("%s: refined q%d, %d bytes; grid q%d, %d bytes: want no higher, no larger", name, fine.Quality, len(fine.Body), grid.Quality, len(grid.Body))
+		}
+		if fine.Quality < grid.Quality {
+			lower = true
+		}
+		if fine.Encodes > grid.Encodes+4 { // the grid's gaps are at most 10 wide: 4 bisections
+			t.Errorf("%s: %d encodes refined against %d: want at most 4 more", name, fine.Encodes, grid.Encodes)
+		}
+		// One quality lower falls short of the target (or is not
+		// smaller): fine.Quality is the lowest that reaches it.
+		if q := fine.Quality - 1; q >= LossyQualities[0] {
+			e, err := newEncoder(in, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := e.webp(q, false)
+			if err != nil {
+				e.close()
+				t.Fatal(err)
+			}
+			st, err := e.ssim(c.out)
+			e.close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.mean >= o.Target && len(c.out) <= len(fine.Body) {
+				t.Errorf("%s: q%d reaches %.4f in %d bytes: the search stopped above it at q%d", name, q, st.mean, len(c.out), fine.Quality)
+			}
+		}
+		t.Logf("%s: grid q%d %d bytes SSIM %.4f (%d encodes); refined q%d %d bytes SSIM %.4f (%d encodes)",
+			name, grid.Quality, len(grid.Body), grid.SSIM, grid.Encodes, fine.Quality, len(fine.Body), fine.SSIM, fine.Encodes)
+	}
+	if !lower {
+		t.Error("no image served below its grid quality: the refining encodes did nothing")
 	}
 }

@@ -264,6 +264,9 @@ func New(o Options) (*Server, error) {
 	if o.Image.Target < 0 || o.Image.Target > 1 || o.Image.TileFloor < 0 || o.Image.TileFloor > 1 {
 		return nil, fmt.Errorf("optimize: ssim target %v or tile floor %v outside 0-1", o.Image.Target, o.Image.TileFloor)
 	}
+	if o.Image.Refine < 0 || o.Image.Refine > MaxRefine {
+		return nil, fmt.Errorf("optimize: refine %d outside 0-%d", o.Image.Refine, MaxRefine)
+	}
 	if o.AVIF.Enabled && o.Image.Target <= 0 {
 		return nil, errors.New("optimize: avif needs an ssim target above 0 (AVIF is chosen by the SSIM target)")
 	}

@@ -109,6 +109,9 @@ type Rule struct {
 	TileFloor float64 `json:"ssim_tile_floor,omitempty"`
 	// AVIF: the AVIF search too, its result served when smaller.
 	AVIF bool `json:"avif,omitempty"`
+	// Refine is optimize.ImageOptions.Refine; nil keeps pepd's default
+	// (optimize.DefaultRefine).
+	Refine *int `json:"refine,omitempty"`
 }
 
 // String names the rule: "fixed q75", "SSIM 0.95 floor 0.90",
@@ -122,6 +125,9 @@ func (r Rule) String() string {
 		s += fmt.Sprintf(" floor %.2f", r.TileFloor)
 	} else {
 		s += " no floor"
+	}
+	if r.Refine != nil {
+		s += fmt.Sprintf(" refine %d", *r.Refine)
 	}
 	if r.AVIF {
 		s += " + AVIF"
@@ -137,6 +143,9 @@ func (r Rule) options() optimize.ImageOptions {
 		o.Target, o.Quality, o.MinSaving = 0, r.Quality, 0
 	} else {
 		o.Target, o.TileFloor = r.Target, r.TileFloor
+		if r.Refine != nil {
+			o.Refine = *r.Refine
+		}
 	}
 	return o
 }
@@ -145,12 +154,14 @@ func (r Rule) options() optimize.ImageOptions {
 // quality 75; "0" is pepd's default (optimize.DefaultTarget,
 // DefaultTileFloor); "t0.93" the SSIM target 0.93 with the default tile
 // floor, "t0.93/f0" the same without a floor, "t0.93/f0.85" with floor
-// 0.85; "/avif" appended adds AVIF ("t0.95/f0.90/avif"). Errors: anything
-// else, a quality outside 1-100, a target or floor outside 0-1 (a target
-// of 0 is the fixed rule: write q75).
+// 0.85; "/r2" sets the search's refining encodes (ImageOptions.Refine,
+// default optimize.DefaultRefine); "/avif" appended adds AVIF
+// ("t0.95/f0.90/r1/avif"). Errors: anything else, a quality outside 1-100,
+// a target or floor outside 0-1, a refine outside 0-8 (a target of 0 is
+// the fixed rule: write q75).
 func ParseRule(s string) (Rule, error) {
 	bad := func() (Rule, error) {
-		return Rule{}, fmt.Errorf("quality: rule %q: want q1-q100, 0 (pepd's default), or tTARGET[/fFLOOR][/avif], e.g. t0.93/f0/avif", s)
+		return Rule{}, fmt.Errorf("quality: rule %q: want q1-q100, 0 (pepd's default), or tTARGET[/fFLOOR][/rREFINE][/avif], e.g. t0.93/f0/r1/avif", s)
 	}
 	if n, err := strconv.Atoi(strings.TrimPrefix(s, "q")); err == nil {
 		switch {
@@ -179,6 +190,12 @@ func ParseRule(s string) (Rule, error) {
 			if err != nil || r.TileFloor < 0 || r.TileFloor > 1 {
 				return bad()
 			}
+		case i > 0 && strings.HasPrefix(part, "r"):
+			n, err := strconv.Atoi(part[1:])
+			if err != nil || n < 0 || n > 8 {
+				return bad()
+			}
+			r.Refine = &n
 		case i > 0 && part == "avif":
 			r.AVIF = true
 		default:

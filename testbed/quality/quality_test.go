@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -173,8 +174,8 @@ func TestDist(t *testing.T) {
 }
 
 // TestParseRule pins the -rules syntax: a quality, pepd's default, a
-// target with the default floor, without a floor, with AVIF; and refuses
-// the rest.
+// target with the default floor, without a floor, with refining encodes,
+// with AVIF; and refuses the rest.
 func TestParseRule(t *testing.T) {
 	for in, want := range map[string]Rule{
 		"q75":              {Name: "fixed q75", Quality: 75},
@@ -184,13 +185,15 @@ func TestParseRule(t *testing.T) {
 		"t0.93/f0.90":      {Name: "SSIM 0.93 floor 0.90", Target: 0.93, TileFloor: 0.90},
 		"t0.90/f0":         {Name: "SSIM 0.90 no floor", Target: 0.90},
 		"t0.95/f0.85/avif": {Name: "SSIM 0.95 floor 0.85 + AVIF", Target: 0.95, TileFloor: 0.85, AVIF: true},
+		"t0.95/f0/r2":      {Name: "SSIM 0.95 no floor refine 2", Target: 0.95, Refine: ptr(2)},
+		"t0.95/f0/r0/avif": {Name: "SSIM 0.95 no floor refine 0 + AVIF", Target: 0.95, Refine: ptr(0), AVIF: true},
 	} {
 		got, err := ParseRule(in)
-		if err != nil || got != want {
+		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("ParseRule(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "q0", "101", "t0", "t1.5", "t0.9/f2", "t0.9/x", "avif", "t0.9/f0.9/avif/q75", "f0.9"} {
+	for _, in := range []string{"", "q0", "101", "t0", "t1.5", "t0.9/f2", "t0.9/x", "avif", "t0.9/f0.9/avif/q75", "f0.9", "t0.95/r9", "t0.95/r-1", "t0.95/rx"} {
 		if r, err := ParseRule(in); err == nil {
 			t.Errorf("ParseRule(%q) = %+v, want an error", in, r)
 		}
@@ -233,3 +236,5 @@ func TestSearchSSIM(t *testing.T) {
 		}
 	}
 }
+
+func ptr(n int) *int { return &n }
