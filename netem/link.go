@@ -8,6 +8,7 @@ package netem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -171,7 +172,34 @@ func NewLink(ctx context.Context, spec LinkSpec, p Profile, opt Options) (*Link,
 func (l *Link) Backend() Backend { return l.backend }
 
 // Profile is the profile being emulated.
-func (l *Link) Profile() Profile { return l.prof }
+func (l *Link) Profile() Profile {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.prof
+}
+
+// ErrProfileFixed is SetProfile's error on the tc backend, whose qdiscs
+// are planned once for the link's profile (PlanTC).
+var ErrProfileFixed = errors.New("netem: the tc backend cannot change a running link's profile")
+
+// SetProfile makes the link emulate p from now on, in both directions:
+// packets already on the link keep their departure times, and a later
+// packet never leaves before them (Scheduler.SetDirection). The counters
+// carry on, and so do the metrics' profile label (NewCollector's). The
+// userspace backend only; the tc backend returns ErrProfileFixed. A
+// testbed uses it to load what it does not measure over a fast link
+// (testbed/run: the warm-up passes).
+func (l *Link) SetProfile(p Profile) error {
+	if l.emu == nil {
+		return ErrProfileFixed
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.emu.setProfile(p)
+	l.prof = p
+	l.log.Info("link profile changed", "profile", p)
+	return nil
+}
 
 // Counters returns a snapshot of what crossed the link since it started (or
 // since ResetCounters). Take one before and one after a page load and Sub
@@ -203,7 +231,7 @@ func (l *Link) ResetCounters() {
 func (l *Link) Close() error {
 	l.closeOnce.Do(func() {
 		c := l.Counters()
-		l.log.Info("link closed", "profile", l.prof.Name,
+		l.log.Info("link closed", "profile", l.Profile().Name,
 			"up_packets", c.Up.Packets, "up_bytes", c.Up.Bytes, "up_drops", c.Up.Drops,
 			"down_packets", c.Down.Packets, "down_bytes", c.Down.Bytes, "down_drops", c.Down.Drops,
 			"capture_drops", c.Up.CaptureDrops+c.Down.CaptureDrops)

@@ -60,6 +60,13 @@ func NewScheduler(d Direction, seed uint64) *Scheduler {
 	return &Scheduler{d: d, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 }
 
+// SetDirection makes the packets that arrive from now on meet d. The
+// packets already accepted keep their departure times: the serializer
+// finishes them at the old rate before it starts a new one, and no later
+// packet leaves before them (never reordered). The loss model's state and
+// the random draws carry on.
+func (s *Scheduler) SetDirection(d Direction) { s.d = d }
+
 // Backlog is the number of packets and IP bytes in the queue at time now:
 // those accepted that have not finished serialization.
 func (s *Scheduler) Backlog(now time.Duration) (packets, bytes int) {

@@ -203,3 +203,25 @@ func BenchmarkSchedulerAdmit(b *testing.B) {
 		s.Admit(time.Duration(i)*time.Millisecond, 1500)
 	}
 }
+
+// TestSchedulerSetDirection: a new direction applies to the packets that
+// arrive after it; a packet accepted before keeps its departure time, and
+// the first one after never leaves before it (no reordering), even when
+// the new direction's delay is shorter.
+func TestSchedulerSetDirection(t *testing.T) {
+	s := NewScheduler(Direction{Delay: 100 * time.Millisecond, Rate: 1_000_000}, 1) // 1 Mbit/s
+	at1, v := s.Admit(0, 1250)                                                      // 10 ms on the wire
+	if v != Deliver || at1 != 110*time.Millisecond {
+		t.Fatalf("before: %v at %v, want deliver at 110ms", v, at1)
+	}
+	s.SetDirection(Direction{Delay: 5 * time.Millisecond})
+	at2, v := s.Admit(time.Millisecond, 1250)
+	if v != Deliver || at2 != at1 {
+		t.Errorf("just after: %v at %v, want deliver at %v (not before the packet ahead)", v, at2, at1)
+	}
+	// Later, once the first has left: the new direction alone.
+	at3, _ := s.Admit(200*time.Millisecond, 1250)
+	if at3 != 205*time.Millisecond {
+		t.Errorf("later: at %v, want 205ms (no rate, 5 ms delay)", at3)
+	}
+}

@@ -175,6 +175,19 @@ func startEmulator(spec LinkSpec, p Profile, seed uint64, log *slog.Logger) (*em
 	return e, nil
 }
 
+// setProfile makes each direction meet p's from its next packet on
+// (Scheduler.SetDirection).
+func (e *emulator) setProfile(p Profile) {
+	for _, x := range []struct {
+		pu *pump
+		d  Direction
+	}{{e.up, p.Up}, {e.down, p.Down}} {
+		x.pu.mu.Lock()
+		x.pu.sched.SetDirection(x.d)
+		x.pu.mu.Unlock()
+	}
+}
+
 func (e *emulator) counters() Counters {
 	return Counters{Up: e.up.snapshot(), Down: e.down.snapshot()}
 }

@@ -79,6 +79,10 @@ func TestSmoke(t *testing.T) {
 	c.Pages = smokePages
 	c.Profiles = []string{"fast"}
 	c.Modes = append(slices.Clone(run.Modes), "url"+run.OptSuffix) // and pepd's optimizer
+	// and a warm cache, filled over another radio profile (RTT 0) than the
+	// one measured (fast, RTT 20 ms): run.Config.PrepareLink.
+	c.Modes = append(c.Modes, "url"+run.WarmSuffix)
+	c.PrepareLink = "h2a-rtt0-loss0"
 	c.Runs = 1
 	c.Out = t.TempDir()
 	c.Bin = buildCommands(t)
@@ -194,6 +198,18 @@ func TestSmoke(t *testing.T) {
 		}
 		if ss.Mode == "url" && (ss.VIP.Used == 0 || ss.VIP.Used > ss.VIP.Sockets) {
 			t.Errorf("url: %+v to the VIP, want some used", ss.VIP)
+		}
+	}
+	// The warm-up went over the prepare link, the measured loads over the
+	// measured profile again: a document's first byte needs at least a
+	// TCP handshake and the request, two round trips of 20 ms on fast (a
+	// DNS lookup makes three), a few ms on the RTT-0 link of the warm-up.
+	if !strings.HasPrefix(res.Config.PrepareLink, c.PrepareLink+" ") {
+		t.Errorf("results' prepare_link %q, want %s's", res.Config.PrepareLink, c.PrepareLink)
+	}
+	for _, r := range byMode["url"+run.WarmSuffix] {
+		if r.TTFBms < 40 {
+			t.Errorf("url+warm %s: TTFB %.0f ms, below 2 round trips of the measured profile (40 ms): measured over the prepare link?", r.Page, r.TTFBms)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(c.Out, "results.json")); err != nil {

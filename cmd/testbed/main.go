@@ -84,6 +84,7 @@ func cmdRun(args []string) error {
 	fs.StringVar(&c.Corpus, "corpus", c.Corpus, `"default" (embedded, the paper's three sites), a tp5n .tar.gz or directory, a .warc[.gz] or a directory of them`)
 	profiles := fs.String("profile", strings.Join(c.Profiles, ","), "netem profiles (names or files), comma-separated")
 	fs.StringVar(&c.Wired, "wired", c.Wired, `netem profile for the gw-core link: the origins' distance from the gateway; "none": 0 ms`)
+	fs.StringVar(&c.PrepareLink, "prepare-link", c.PrepareLink, `netem profile of the radio link during the loads a session does not measure (a warm cache's passes, the hints' teaching pass: other subscribers' loads); "same": the measured profile`)
 	modes := fs.String("modes", strings.Join(c.Modes, ","), "modes to compare: direct, off, dns, url, url-https-kN (url mode over the VIP's HTTPS origin, HTTP/2, k shards; N 1..16), and those but direct with +opt (pepd's optimizer on)")
 	hintsFlag := fs.String("hints", "", "off, on or off,on: run every mode but direct without and/or with pepd's dependency hints (adds the +hints modes; each such session starts with a teaching pass by another browser profile, discarded)")
 	optimize := fs.String("optimize", "", "off, on or off,on: run every mode but direct without and/or with pepd's optimizer (adds the +opt modes)")

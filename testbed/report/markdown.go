@@ -27,6 +27,9 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 	b.WriteString("# pep testbed report\n\n")
 	fmt.Fprintf(&b, "- corpus: `%s`, %d pages: %s\n", c.Corpus, len(c.Pages), strings.Join(c.Pages, ", "))
 	fmt.Fprintf(&b, "- modes: %s; runs: %d (testbeds at once: %d); Squid cache: %s\n", strings.Join(c.Modes, ", "), c.Runs, max(c.Parallel, 1), c.SquidCache)
+	if c.PrepareLink != "" {
+		fmt.Fprintf(&b, "- loads not measured (warm-up and hints teaching passes, other subscribers' loads): over the radio link as %s; the measured loads over the profile they name\n", c.PrepareLink)
+	}
 	part := "partitioned by top-level site (Chromium's default)"
 	if c.Unpartitioned {
 		part = "not partitioned (PartitionConnectionsByNetworkIsolationKey and SplitHostCacheByNetworkAnonymizationKey off)"

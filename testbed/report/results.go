@@ -193,21 +193,25 @@ type RunConfig struct {
 	GWTCP map[string]string `json:"gateway_tcp,omitempty"`
 	// ModeOrder says how the sessions of a run were ordered ("" in older
 	// results: the order of Modes in every run).
-	ModeOrder   string    `json:"mode_order,omitempty"`
-	Warm        bool      `json:"warm"`
-	Backend     string    `json:"link_backend"`
-	Browser     string    `json:"browser"` // user agent
-	VIP         string    `json:"vip"`
-	Origins     string    `json:"origins"` // origin address block
-	Started     time.Time `json:"started"`
-	Finished    time.Time `json:"finished"`
-	Command     string    `json:"command"`
-	SquidCache  string    `json:"squid_cache"` // what "cold" means: how the cache was emptied
-	PageTimeout string    `json:"page_timeout"`
-	Parallel    int       `json:"parallel"`    // testbeds run at once, one per (profile, run)
-	SplitModes  bool      `json:"split_modes"` // one testbed per (profile, run, mode) instead
-	Settle      string    `json:"settle"`      // quiet network time awaited after onload
-	SettleMax   string    `json:"settle_max"`  // longest wait for it
+	ModeOrder  string    `json:"mode_order,omitempty"`
+	Warm       bool      `json:"warm"`
+	Backend    string    `json:"link_backend"`
+	Browser    string    `json:"browser"` // user agent
+	VIP        string    `json:"vip"`
+	Origins    string    `json:"origins"` // origin address block
+	Started    time.Time `json:"started"`
+	Finished   time.Time `json:"finished"`
+	Command    string    `json:"command"`
+	SquidCache string    `json:"squid_cache"` // what "cold" means: how the cache was emptied
+	// PrepareLink is the radio link's profile during the loads a session
+	// does not measure (warm-up and hints teaching passes), as netem
+	// prints it; "" when they went over the measured profile.
+	PrepareLink string `json:"prepare_link,omitempty"`
+	PageTimeout string `json:"page_timeout"`
+	Parallel    int    `json:"parallel"`    // testbeds run at once, one per (profile, run)
+	SplitModes  bool   `json:"split_modes"` // one testbed per (profile, run, mode) instead
+	Settle      string `json:"settle"`      // quiet network time awaited after onload
+	SettleMax   string `json:"settle_max"`  // longest wait for it
 	// Import is the corpus import report (corpus.ImportReport), one line
 	// each: what the run replayed, records skipped and repaired, and per
 	// page the http (rewritable) and https (spliced) objects.

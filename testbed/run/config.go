@@ -191,6 +191,13 @@ type Config struct {
 	// every (mode, run) session, except for the modes with WarmSuffix
 	// (WithCache), which are warm whatever Warm says.
 	Warm bool
+	// PrepareLink is the netem profile (a name or file) of the radio link
+	// while a testbed prepares a session without measuring it: a warm
+	// cache's passes and the hints' teaching pass, the loads of other
+	// subscribers, whose links are not the measured one. SamePrepareLink
+	// ("same") keeps the measured profile; the tc backend always does
+	// (netem.ErrProfileFixed). Default DefaultPrepareLink.
+	PrepareLink string
 	// Resolver is Chromium's resolver (browser.Resolver).
 	Resolver browser.Resolver
 	// HTTPSRR lets Chromium ask for HTTPS records beside A records
@@ -274,11 +281,20 @@ type Config struct {
 // (testbed/README.md, "Origins at a distance").
 const DefaultWired = "origin-20ms"
 
+// SamePrepareLink is Config.PrepareLink's value for the measured
+// profile itself.
+const SamePrepareLink = "same"
+
+// DefaultPrepareLink is Config.PrepareLink's default: netem's "fast"
+// profile (RTT 20 ms, 20 Mbit/s), on which a warm-up pass takes a
+// fraction of a 3G one's time (testbed/README.md, session 30).
+const DefaultPrepareLink = "fast"
+
 // Default returns the default experiment: the embedded corpus under the
 // seed paper's two cells, four modes, three runs.
 func Default() Config {
 	return Config{
-		Corpus: "default", Profiles: []string{"paper-average", "paper-congested"}, Wired: DefaultWired,
+		Corpus: "default", Profiles: []string{"paper-average", "paper-congested"}, Wired: DefaultWired, PrepareLink: DefaultPrepareLink,
 		Modes: slices.Clone(Modes), Runs: 3, Out: "testbed-out", Resolver: browser.ResolverBuiltin,
 		PageTimeout: 3 * time.Minute, Settle: 500 * time.Millisecond, SettleMax: 10 * time.Second, Backend: "auto", Parallel: 1,
 		// The gateway's radio-side TCP as docs/operations.md deploys it.
@@ -389,7 +405,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("corpus", c.Corpus), slog.String("pages", c.Pages),
 		slog.String("profiles", strings.Join(c.Profiles, ",")), slog.String("wired", c.Wired),
 		slog.String("modes", strings.Join(c.Modes, ",")), slog.Int("runs", c.Runs),
-		slog.String("out", c.Out), slog.Bool("warm", c.Warm), slog.String("resolver", string(c.Resolver)), slog.Bool("https_rr", c.HTTPSRR), slog.Bool("unpartitioned", c.Unpartitioned),
+		slog.String("out", c.Out), slog.Bool("warm", c.Warm), slog.String("prepare_link", c.PrepareLink), slog.String("resolver", string(c.Resolver)), slog.Bool("https_rr", c.HTTPSRR), slog.Bool("unpartitioned", c.Unpartitioned),
 		slog.String("disable_features", strings.Join(c.DisableFeatures, ",")),
 		slog.Any("pepd", PepdStrings(c.Pepd)), slog.String("origin_compress", c.OriginCompress),
 		slog.String("cc_phone", c.CCPhone), slog.String("cc_gw", c.CCGW), slog.String("cc_origin", c.CCOrigin),

@@ -43,6 +43,7 @@ type experiment struct {
 	plan  *corpus.Plan
 	profs []netem.Profile
 	wired *netem.Profile // nil: no wired emulation
+	prep  *netem.Profile // the radio link while preparing (Config.PrepareLink); nil: the measured
 	bar   *Progress
 
 	mu  sync.Mutex // guards res
@@ -91,6 +92,13 @@ func prepare(c Config, log *slog.Logger, progress io.Writer) (*experiment, error
 		}
 		log.Info("wired profile", "profile", w)
 		e.wired = &w
+	}
+	if c.PrepareLink != "" && c.PrepareLink != SamePrepareLink {
+		p, err := netem.LoadProfile(c.PrepareLink)
+		if err != nil {
+			return nil, fmt.Errorf("run: -prepare-link: %w", err)
+		}
+		e.prep = &p
 	}
 
 	rc := report.RunConfig{
@@ -246,6 +254,9 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		}
 	}
 	rc := &e.res.Config
+	if e.prep != nil && slices.ContainsFunc(c.Modes, func(m string) bool { return NeedsPEP(m) && (c.Warm || IsWarm(m) || HasHints(m)) }) {
+		rc.PrepareLink = e.prep.String()
+	}
 	rc.SquidCache = "cold: Squid restarted on an empty cache folder before every (mode, run) session"
 	warmFill := "Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session (in +opt modes, two passes, each followed by a wait until the optimizer has no transform waiting or running: the second pass stores what the first deferred for the next miss)"
 	if c.Parallel > 1 {
@@ -576,7 +587,7 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 // while no other testbed of the campaign measures (phaseGate): for hints,
 // the teaching pass; for a warm session, the passes that fill Squid and
 // the waits for the optimizer behind them. Squid is already empty.
-func (e *experiment) prepareSession(ctx context.Context, bed *Bed, s session, bopts browser.Options) error {
+func (e *experiment) prepareSession(ctx context.Context, bed *Bed, s session, bopts browser.Options) (err error) {
 	m := s.mode
 	leave, waited, err := e.gate.enter(ctx, phasePrepare)
 	if err != nil {
@@ -585,6 +596,26 @@ func (e *experiment) prepareSession(ctx context.Context, bed *Bed, s session, bo
 	defer leave()
 	if waited >= time.Second {
 		s.logWith(bed.log).Info("prepare: waited for the other testbeds' measured loads", "waited", waited.Round(time.Millisecond))
+	}
+	if e.prep != nil {
+		// Other subscribers fill the cache and teach pepd, over their
+		// own links: the passes go over e.prep, the measured loads over
+		// bed.Profile again.
+		switch perr := bed.Link.SetProfile(*e.prep); {
+		case errors.Is(perr, netem.ErrProfileFixed):
+			s.logWith(bed.log).Warn("prepare: the radio link keeps the measured profile (tc backend)", "prepare_link", e.prep.Name)
+			e.mu.Lock()
+			e.res.Config.PrepareLink = ""
+			e.mu.Unlock()
+		case perr != nil:
+			return perr
+		default:
+			defer func() {
+				if rerr := bed.Link.SetProfile(bed.Profile); rerr != nil && err == nil {
+					err = rerr
+				}
+			}()
+		}
 	}
 	if HasHints(m) {
 		// The teaching pass: pepd's learner emptied, a browser with
