@@ -112,6 +112,15 @@ func WithHints(modes []string, hints []string) ([]string, error) {
 // IsWarm reports whether mode m runs on a warm cache (WarmSuffix).
 func IsWarm(m string) bool { return strings.HasSuffix(m, WarmSuffix) }
 
+// warmSession reports whether c's sessions of mode m fill Squid before
+// they measure: m uses Squid and is a +warm mode or c.Warm is set.
+func (c Config) warmSession(m string) bool { return NeedsPEP(m) && (c.Warm || IsWarm(m)) }
+
+// prepares reports whether c's sessions of mode m load pages they do not
+// measure (prepareSession: a warm cache's passes, the hints' teaching
+// pass).
+func (c Config) prepares(m string) bool { return NeedsPEP(m) && (HasHints(m) || c.warmSession(m)) }
+
 // WithCache expands modes for -cache: "cold" keeps each mode as it is,
 // "warm" adds its +warm variant (direct has none: no cache), "cold,warm"
 // both, in that order per mode.

@@ -254,7 +254,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		}
 	}
 	rc := &e.res.Config
-	if e.prep != nil && slices.ContainsFunc(c.Modes, func(m string) bool { return NeedsPEP(m) && (c.Warm || IsWarm(m) || HasHints(m)) }) {
+	if e.prep != nil && slices.ContainsFunc(c.Modes, c.prepares) {
 		rc.PrepareLink = e.prep.String()
 	}
 	rc.SquidCache = "cold: Squid restarted on an empty cache folder before every (mode, run) session"
@@ -415,7 +415,7 @@ func (e *experiment) runUnit(ctx context.Context, u unit) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		s := session{profile: u.prof.Name, run: u.run, mode: m, warm: NeedsPEP(m) && (c.Warm || IsWarm(m))}
+		s := session{profile: u.prof.Name, run: u.run, mode: m, warm: c.warmSession(m)}
 		recs, ua, err := e.bedSession(ctx, bed, s)
 		serr := e.save(recs, func(rc *report.RunConfig) {
 			rc.Backend = bed.Link.Backend().String() // the same for every profile
