@@ -91,7 +91,7 @@ func (c Config) Limits(radio RadioOptions, streams HTTPS) Limits {
 		IdleTimeout: c.IdleTimeout, MaxConns: c.MaxConns, WriteTimeout: c.WriteTimeout,
 		MaxConnsPerSubscriber: c.MaxConnsPerSubscriber, Radio: radio,
 		MaxStreams: streams.MaxStreams, MaxStreamsPerSubscriber: streams.MaxStreamsPerSubscriber,
-		H2Priority: streams.Priority}
+		H2Priority: streams.Priority, HoldSurplus: streams.HoldSurplus}
 }
 
 // ProxyOptions returns the Options of New that c sets (the upstream
@@ -199,11 +199,20 @@ type HTTPS struct {
 	// pages whose LCP image comes later (reuters.com 0.73 to 1.08), and
 	// PLT 0.698 against 0.671 (testbed/README.md, session 18).
 	FirstImagesPlain int `yaml:"first_images_plain"`
+	// HoldSurplus bounds how long a ClientHello offering h2 waits for
+	// pepd's answer while the same subscriber's first handshake with the
+	// same VIP origin is in flight (Limits.HoldSurplus): the browser
+	// closes its surplus connections once the first says h2, and a closed
+	// one then costs no ServerHello, certificate or key exchange. 0: no
+	// hold. Default 2s, above a 3G round trip under loss; a held
+	// connection is answered at the latest 40 ms after the first
+	// handshake ends.
+	HoldSurplus time.Duration `yaml:"hold_surplus" reload:"restart"`
 }
 
 // DefaultHTTPS returns the https section's defaults.
 func DefaultHTTPS() HTTPS {
-	return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Priority: H2RFC7540, RenderBlocking: "http", OwnHostMax: 6, KeyExchange: viptls.KeyExchangeHybrid}
+	return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Priority: H2RFC7540, RenderBlocking: "http", OwnHostMax: 6, KeyExchange: viptls.KeyExchangeHybrid, HoldSurplus: 2 * time.Second}
 }
 
 // Validate returns the first invalid field as a *field.Error whose path
@@ -223,6 +232,7 @@ func (h HTTPS) Validate() error {
 		field.Check(!field.OneOf(h.KeyExchange, viptls.KeyExchanges...), "key_exchange", "%q is not one of %s", h.KeyExchange, strings.Join(viptls.KeyExchanges, ", ")),
 		field.AtLeast("own_host_max", h.OwnHostMax, 0),
 		field.AtLeast("first_images_plain", h.FirstImagesPlain, 0),
+		field.Check(h.HoldSurplus < 0 || h.HoldSurplus > time.Minute, "hold_surplus", "%s is outside 0..1m", h.HoldSurplus),
 		field.Check(len(h.ShardPorts) > 0 && len(h.ShardPorts) < h.Shards, "shard_ports", "%d ports for %d shards", len(h.ShardPorts), h.Shards),
 	); err != nil {
 		return err

@@ -25,6 +25,8 @@ import (
 //	pep_http_radio_header_bytes_removed            per response from Squid: header bytes the radio-side diet left out (Via, X-Cache, ...)
 //	pep_http_responses_truncated_total             responses cut short because Squid's body failed (the subscriber sees the close)
 //	pep_http_dns_prefetch_total{outcome}           hosts of a rewritten body looked up ahead (started), or not for the bound (skipped)
+//	pep_http_tls_surplus_total{outcome}            TLS handshakes to the VIP held behind the subscriber's first to the same origin (https.hold_surplus): closed by the subscriber while held (no answer sent), or served after the hold
+//	pep_http_tls_surplus_hold_seconds_total        time those handshakes were held, summed
 type Metrics struct {
 	requests        *prometheus.CounterVec
 	refused         *prometheus.CounterVec
@@ -43,6 +45,8 @@ type Metrics struct {
 	dietBytes       prometheus.Histogram
 	truncated       prometheus.Counter
 	prefetch        *prometheus.CounterVec
+	surplus         *prometheus.CounterVec
+	surplusHeld     prometheus.Counter
 
 	clientIn, clientOut     prometheus.Counter
 	upstreamIn, upstreamOut prometheus.Counter
@@ -93,6 +97,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Responses whose body from Squid failed before its end: the subscriber got the head and part of the body, then a close (a detectable truncation).")),
 		prefetch: prometheus.NewCounterVec(opts("dns_prefetch_total",
 			"Hosts named by a body pepd rewrote, looked up ahead of the browser's requests for them (started), or not because MaxDNSPrefetch lookups were running (skipped)."), []string{"outcome"}),
+		surplus: prometheus.NewCounterVec(opts("tls_surplus_total",
+			"TLS handshakes to the VIP held behind the same subscriber's first handshake with the same origin (https.hold_surplus), by outcome: closed (the subscriber closed it while held; pepd sent nothing) or served (it went on after the hold)."), []string{"outcome"}),
+		surplusHeld: prometheus.NewCounter(opts("tls_surplus_hold_seconds_total",
+			"Seconds the held TLS handshakes to the VIP waited, summed (https.hold_surplus).")),
 		dietBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "pep", Subsystem: "http", Name: "radio_header_bytes_removed",
 			Help:    "Header bytes of one response from Squid that the radio-side diet left out (Via, X-Cache, X-Cache-Lookup, the optimizer's marks).",
 			Buckets: []float64{0, 32, 64, 96, 128, 160, 192, 256, 384}}),
@@ -105,10 +113,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.upDirect = m.upstreamSeconds.WithLabelValues("direct")
 	m.prefetch.WithLabelValues("started")
 	m.prefetch.WithLabelValues("skipped")
+	m.surplus.WithLabelValues("closed")
+	m.surplus.WithLabelValues("served")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.refused, m.badRequests, m.clientBytes,
 			m.upstreamBytes, m.upstreamSeconds, m.upstreamConns, m.upstreamOpen, m.upstreamWaits, m.openConns, m.conns, m.limitWaits,
-			m.timeouts, m.hostMismatch, m.dietBytes, m.truncated, m.prefetch} {
+			m.timeouts, m.hostMismatch, m.dietBytes, m.truncated, m.prefetch, m.surplus, m.surplusHeld} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

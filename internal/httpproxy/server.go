@@ -75,6 +75,11 @@ type Limits struct {
 	// H2Priority is the HTTP/2 write scheduler of ServeTLS's connections:
 	// H2RoundRobin ("" too) or H2RFC7540 (config https.priority).
 	H2Priority string
+	// HoldSurplus bounds how long ServeTLS holds the answer to a
+	// ClientHello offering h2 while the same subscriber's first handshake
+	// with the same origin is in flight (hold.go: the surplus connections
+	// a browser closes once it has HTTP/2). Zero or negative: no hold.
+	HoldSurplus time.Duration
 }
 
 // The HTTP/2 write schedulers of Limits.H2Priority.
@@ -151,10 +156,15 @@ func (o RadioOptions) apply(c net.Conn) error {
 // standard library's http.Server running Proxy.ServeHTTP.
 type Server struct {
 	srv *http.Server
-	p   *Proxy
-	lim Limits
-	m   *Metrics
-	sem chan struct{}
+	// handshakes are the first TLS handshakes in flight per subscriber
+	// and origin, holdCfg the TLS configuration with the hold and the
+	// one it wraps (hold.go).
+	handshakes handshakes
+	holdCfg    atomic.Pointer[[2]*tls.Config]
+	p          *Proxy
+	lim        Limits
+	m          *Metrics
+	sem        chan struct{}
 	// perSub counts open connections per subscriber address
 	// (Limits.MaxConnsPerSubscriber).
 	perSub subscriberConns
@@ -307,7 +317,8 @@ func (s *Server) ServeTLS(c net.Conn, hello []byte, cfg *tls.Config) {
 	if s.unbatched.Load() {
 		under = cc
 	}
-	tc := tls.Server(&replayConn{Conn: under, buf: hello}, cfg)
+	rc := &replayConn{Conn: under, buf: hello, cc: cc}
+	tc := tls.Server(rc, s.holdConfig(cfg))
 	// The handshake is made here, within ReadHeaderTimeout (what
 	// http.Server would allow it), so that a subscriber that stalls it is
 	// told from a slowloris of HTTP: its timeout is counted as
@@ -315,7 +326,11 @@ func (s *Server) ServeTLS(c net.Conn, hello []byte, cfg *tls.Config) {
 	cc.handshaking.Store(true)
 	go func() {
 		tc.SetReadDeadline(time.Now().Add(s.lim.ReadHeaderTimeout))
-		if err := tc.Handshake(); err != nil {
+		err := tc.Handshake()
+		if rc.end != nil {
+			rc.end() // the handshakes held behind this one go on
+		}
+		if err != nil {
 			s.log.Debug("TLS handshake failed", "src", cc.src, "err", err)
 			tc.Close()
 			return
@@ -438,6 +453,10 @@ func (w *stallWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 type replayConn struct {
 	net.Conn
 	buf []byte
+	// cc is the subscriber connection under Conn (ServeTLS), end the
+	// end of its handshake's turn as its origin's first (holdConfig).
+	cc  *conn
+	end func()
 }
 
 func (r *replayConn) Read(p []byte) (int, error) {

@@ -468,3 +468,98 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 		t.Errorf("timeouts tls_handshake %v, read_header %v; want 1 and 0", tlsTO, hdrTO)
 	}
 }
+
+// finishLater delays the first write after the ClientHello (the client's
+// Finished) by d: the server's handshake stays in flight that long.
+type finishLater struct {
+	net.Conn
+	writes int
+	d      time.Duration
+}
+
+func (c *finishLater) Write(b []byte) (int, error) {
+	if c.writes++; c.writes == 2 {
+		time.Sleep(c.d)
+	}
+	return c.Conn.Write(b)
+}
+
+// TestTLSSurplusHold: while a subscriber's first handshake with the VIP
+// is in flight (its Finished delayed a second), its second ClientHello
+// offering h2 gets no answer before that handshake ends, and one it
+// closes meanwhile gets none at all (counted closed, no byte read); a
+// ClientHello offering HTTP/1.1 alone, or from another subscriber, is
+// answered at once; the held one that stays is served (counted served)
+// and speaks h2.
+func TestTLSSurplusHold(t *testing.T) {
+	const finish = time.Second
+	p, f := attackWorld(t, Limits{HoldSurplus: testenv.Scale(10 * time.Second)})
+	type done struct {
+		at    time.Duration
+		read  int
+		proto string
+		err   error
+	}
+	start := time.Now()
+	// handshake dials from src, offers protos and returns when the
+	// handshake ends; closeAfter > 0 closes the connection then instead.
+	handshake := func(src string, protos []string, delay, closeAfter time.Duration) <-chan done {
+		ch := make(chan done, 1)
+		go func() {
+			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+			raw, err := d.Dial("tcp", f.Addr)
+			if err != nil {
+				ch <- done{err: err}
+				return
+			}
+			defer raw.Close()
+			rc := &viptlstest.ReadCounter{Conn: &finishLater{Conn: raw, d: delay}}
+			c := tls.Client(rc, &tls.Config{RootCAs: f.CA.Pool(), ServerName: testVIP.String(), NextProtos: protos})
+			if closeAfter > 0 {
+				time.AfterFunc(closeAfter, func() { raw.Close() })
+			}
+			err = c.Handshake()
+			ch <- done{at: time.Since(start), read: rc.N, proto: c.ConnectionState().NegotiatedProtocol, err: err}
+		}()
+		return ch
+	}
+	h2 := []string{"h2", "http/1.1"}
+	first := handshake("127.0.0.1", h2, finish, 0)
+	time.Sleep(200 * time.Millisecond) // the first ClientHello is in
+	held := handshake("127.0.0.1", h2, 0, 0)
+	closed := handshake("127.0.0.1", h2, 0, 300*time.Millisecond)
+	h1 := handshake("127.0.0.1", []string{"http/1.1"}, 0, 0)
+	other := handshake("127.0.0.2", h2, 0, 0)
+	for name, ch := range map[string]<-chan done{"HTTP/1.1 only": h1, "another subscriber": other} {
+		d := <-ch
+		t.Logf("%s: handshake ended at %v (%v)", name, d.at, d.err)
+		if d.err != nil || d.at >= finish {
+			t.Errorf("%s: handshake ended at %v (%v), want before the first's end (%v): not held", name, d.at, d.err, finish)
+		}
+	}
+	c := <-closed
+	t.Logf("closed while held: %d bytes read, %v", c.read, c.err)
+	if c.read != 0 {
+		t.Errorf("closed while held: the server sent %d bytes, want none", c.read)
+	}
+	d1, d2 := <-first, <-held
+	t.Logf("first: ended at %v (%s, %v); held: ended at %v (%s, %v)", d1.at, d1.proto, d1.err, d2.at, d2.proto, d2.err)
+	if d1.err != nil || d2.err != nil || d2.proto != "h2" {
+		t.Fatalf("first %v, held %v %q; want both handshakes made, h2", d1.err, d2.err, d2.proto)
+	}
+	if d2.at < finish {
+		t.Errorf("held handshake ended at %v, before the first's Finished was sent (%v)", d2.at, finish)
+	}
+	// The close reaches the server while it holds: counted when read.
+	deadline := time.Now().Add(testenv.Scale(5 * time.Second))
+	for testutilValue(p.M.surplus.WithLabelValues("closed")) < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cl, sv := testutilValue(p.M.surplus.WithLabelValues("closed")), testutilValue(p.M.surplus.WithLabelValues("served"))
+	if cl != 1 || sv != 1 {
+		t.Errorf("pep_http_tls_surplus_total closed %v, served %v; want 1 and 1", cl, sv)
+	}
+	if h := testutilValue(p.M.surplusHeld); h < 0.5 {
+		t.Errorf("held %v s in all, want at least the served one's wait (about 0.8 s)", h)
+	}
+}
