@@ -63,6 +63,7 @@ func TestErrors(t *testing.T) {
 		{"https urls without cert", "https:\n  urls: true\n", `bad.yaml:2: https.urls: needs https.cert_file`},
 		{"https shards", "https:\n  shards: 17\n", `bad.yaml:2: https.shards: 17 is outside 1..16`},
 		{"https key exchange", "https:\n  key_exchange: X25519\n", `bad.yaml:2: https.key_exchange: "X25519" is not one of hybrid, classical`},
+		{"https hold_surplus", "https:\n  hold_surplus: 2m\n", `bad.yaml:2: https.hold_surplus: 2m0s is outside 0..1m`},
 		{"https too few ports", "https:\n  shards: 3\n  shard_ports: [443, 8443]\n", `bad.yaml:3: https.shard_ports: 2 ports for 3 shards`},
 		{"https repeated port", "https:\n  shard_ports: [443, 443]\n", `bad.yaml:2: https.shard_ports.1: port 443 is zero or repeated`},
 		{"https bad name", "https:\n  names: [vip]\n", `bad.yaml:2: https.names.0: "vip" is not a host name`},
