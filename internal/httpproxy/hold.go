@@ -3,7 +3,6 @@ package httpproxy
 import (
 	"crypto/tls"
 	"errors"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -36,8 +35,8 @@ import (
 const holdGrace = 40 * time.Millisecond
 
 // holdKey is one origin of one subscriber: its source address, the
-// ClientHello's SNI and the VIP address and port it dialled (the shards
-// are distinct origins, each with its own first connection).
+// ClientHello's SNI and the VIP address and port it dialled (conn.orig:
+// the shards are distinct origins, each with its own first connection).
 type holdKey struct {
 	src  netip.Addr
 	dst  netip.AddrPort
@@ -91,8 +90,8 @@ func (s *Server) holdConfig(cfg *tls.Config) *tls.Config {
 	next := cfg.GetConfigForClient
 	held := cfg.Clone()
 	held.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
-		if rc, ok := hi.Conn.(*replayConn); ok && rc.cc != nil && slices.Contains(hi.SupportedProtos, "h2") {
-			end, wait := s.handshakes.enter(holdKey{src: rc.cc.src, dst: rc.cc.dst(), name: hi.ServerName})
+		if rc, ok := hi.Conn.(*replayConn); ok && slices.Contains(hi.SupportedProtos, "h2") {
+			end, wait := s.handshakes.enter(holdKey{src: rc.cc.src, dst: rc.cc.orig, name: hi.ServerName})
 			rc.end = end
 			if wait != nil {
 				if err := s.holdSurplus(rc, wait); err != nil {
@@ -145,16 +144,4 @@ func (s *Server) holdSurplus(rc *replayConn, wait <-chan struct{}) error {
 	s.m.surplus.WithLabelValues("served").Inc()
 	rc.buf = append(rc.buf, buf[:r.n]...)
 	return nil
-}
-
-// dst is the address and port the subscriber dialled: the original
-// destination of an intercepted connection, else the listener's.
-func (c *conn) dst() netip.AddrPort {
-	if c.intercepted {
-		return c.orig
-	}
-	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
-		return a.AddrPort()
-	}
-	return netip.AddrPort{}
 }

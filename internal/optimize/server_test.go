@@ -285,7 +285,7 @@ func TestServerBurst(t *testing.T) {
 		}
 		handlers[fmt.Sprintf("/burst/%d.jpg", i)] = serveBytes(TypeJPEG, buf.Bytes(), "Cache-Control", "max-age=3600")
 	}
-	// 100 transforms on 2 workers take 20-25 s on this 2-core machine
+	// 100 transforms on 2 workers take 15-25 s on this 2-core machine
 	// (each a search of several WebP encodes, SSIM refined): the deadline
 	// and the client's timeout leave them minutes, so the test fails on
 	// the queue's bound, never on the machine's speed.
