@@ -181,6 +181,8 @@ func writeVIPOrigin(b *bytes.Buffer, v View, r *Results) {
 		k      int
 		protos map[string]int
 		conns  []float64
+		// held surplus TLS handshakes, closed and served, over loads
+		closed, served, loads int
 	}
 	per := map[string]*acc{}
 	for _, rec := range r.Records {
@@ -196,13 +198,16 @@ func writeVIPOrigin(b *bytes.Buffer, v View, r *Results) {
 			a.protos[rec.VIPProto]++
 		}
 		a.conns = append(a.conns, float64(rec.BrowserVIPConns))
+		a.closed += rec.TLSSurplusClosed
+		a.served += rec.TLSSurplusServed
+		a.loads++
 	}
 	if len(per) == 0 {
 		return
 	}
 	b.WriteString("### The VIP's origin per url mode\n\n")
-	b.WriteString("Scheme and k of the VIP URLs, the protocol most pages got the VIP's responses over, and the browser's new connections to the VIP per page (median, min-max over pages and runs).\n\n")
-	b.WriteString("| mode | scheme | k | protocol | VIP connections per page |\n|---|---|---:|---|---:|\n")
+	b.WriteString("Scheme and k of the VIP URLs, the protocol most pages got the VIP's responses over, the browser's new connections to the VIP per page (median, min-max over pages and runs), and over HTTPS the TLS handshakes pepd held behind the subscriber's first to the same origin (`https.hold_surplus`) per page: closed by the browser unanswered, and served after the hold (sums over the loads divided by their number).\n\n")
+	b.WriteString("| mode | scheme | k | protocol | VIP connections per page | held handshakes closed / served per page |\n|---|---|---:|---|---:|---:|\n")
 	for _, m := range v.Modes {
 		a := per[m]
 		if a == nil {
@@ -214,7 +219,11 @@ func writeVIPOrigin(b *bytes.Buffer, v View, r *Results) {
 				proto, n = p, c
 			}
 		}
-		fmt.Fprintf(b, "| %s | %s | %d | %s | %s |\n", m, a.scheme, a.k, cmp.Or(proto, "-"), NewSpread(a.conns).Format(0))
+		held := "-"
+		if a.scheme == "https" && a.loads > 0 {
+			held = fmt.Sprintf("%.2f / %.2f", float64(a.closed)/float64(a.loads), float64(a.served)/float64(a.loads))
+		}
+		fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s |\n", m, a.scheme, a.k, cmp.Or(proto, "-"), NewSpread(a.conns).Format(0), held)
 	}
 	b.WriteString("\n")
 }

@@ -427,3 +427,32 @@ func TestModeLook(t *testing.T) {
 		}
 	}
 }
+
+// TestVIPOriginHeld: the VIP's origin table gives per url mode its scheme,
+// k and protocol, and over HTTPS the held surplus TLS handshakes per page
+// (Record.TLSSurplusClosed and TLSSurplusServed summed over the loads,
+// divided by their number); over plain http that column is "-".
+func TestVIPOriginHeld(t *testing.T) {
+	r := synthetic()
+	r.Config.Modes = []string{"direct", "url", "url-https-k1"}
+	for i := range r.Records {
+		if r.Records[i].Mode == "url" {
+			r.Records[i].Scheme, r.Records[i].Shards, r.Records[i].VIPProto = "http", 1, "http/1.1"
+		}
+	}
+	for i, held := range [][2]int{{3, 1}, {4, 0}, {2, 1}, {0, 0}} {
+		rec := r.Records[4+i]
+		rec.Mode, rec.Scheme, rec.Shards, rec.VIPProto = "url-https-k1", "https", 1, "h2"
+		rec.TLSSurplusClosed, rec.TLSSurplusServed = held[0], held[1]
+		r.Records = append(r.Records, rec)
+	}
+	md := string(Markdown(r, nil))
+	for _, row := range []string{
+		"| url | http | 1 | http/1.1 | 0 | - |\n",
+		"| url-https-k1 | https | 1 | h2 | 0 | 2.25 / 0.50 |\n",
+	} {
+		if !strings.Contains(md, row) {
+			t.Errorf("the VIP's origin table lacks %q:\n%s", row, md)
+		}
+	}
+}

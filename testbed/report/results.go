@@ -135,6 +135,16 @@ type Record struct {
 	// (pep_optimize_quick_total{outcome="served"}; optimize.quick_quality),
 	// counted in OptTransformed too.
 	OptQuick int `json:"opt_quick,omitempty"`
+
+	// The VIP's surplus TLS handshakes, url-https-kN modes only (pepd's
+	// pep_http_tls_surplus_total{outcome}, read before and after the
+	// load; https.hold_surplus): the subscriber's handshakes to the VIP
+	// that pepd held behind its first to the same origin and that the
+	// browser then closed unanswered (TLSSurplusClosed: a handshake's
+	// flight of certificates the radio link did not carry), or that
+	// pepd answered once the hold ended (TLSSurplusServed).
+	TLSSurplusClosed int `json:"tls_surplus_closed,omitempty"`
+	TLSSurplusServed int `json:"tls_surplus_served,omitempty"`
 }
 
 // ProfileInfo is what the report needs of a link profile.

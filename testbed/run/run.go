@@ -513,7 +513,9 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 			return nil, "", err
 		}
 	}
-	var opt optCounts // the optimizer's counters before the load (+opt modes)
+	var opt optCounts         // the optimizer's counters before the load (+opt modes)
+	var surplus surplusCounts // the surplus TLS handshakes' before the load (https VIP)
+	hasTLS := scheme == "https" && NeedsPEP(m)
 	_, hasOpt := SplitMode(m)
 	hasOpt = hasOpt && NeedsPEP(m)
 	var lockWait time.Duration // waits for the run's other testbeds, page by page
@@ -530,6 +532,11 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 		bed.Origin.ResetStats()
 		if hasOpt {
 			if opt, err = bed.pep.optCounts(); err != nil {
+				return recs, b.UserAgent(), err
+			}
+		}
+		if hasTLS {
+			if surplus, err = bed.pep.surplusCounts(); err != nil {
 				return recs, b.UserAgent(), err
 			}
 		}
@@ -550,6 +557,13 @@ func (e *experiment) bedSession(ctx context.Context, bed *Bed, s session) ([]rep
 				return recs, b.UserAgent(), err
 			}
 			creditOpt(&r, opt, after)
+		}
+		if hasTLS {
+			after, err := bed.pep.surplusCounts()
+			if err != nil {
+				return recs, b.UserAgent(), err
+			}
+			creditSurplus(&r, surplus, after)
 		}
 		recs = append(recs, r)
 		if tally != nil {
