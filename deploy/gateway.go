@@ -39,14 +39,8 @@ type Gateway struct {
 	// VIP is pepd's VIP, an IPv4 address that must be local on the gateway.
 	VIP netip.Addr
 	// HTTPPort is pepd's TPROXY listener (config listen.tproxy) for
-	// intercepted port 80 and the VIP's http ports (VIPHTTPPorts).
+	// intercepted port 80 and VIP:80.
 	HTTPPort uint16
-	// VIPHTTPPorts are the VIP's TCP ports steered to HTTPPort: 80 (the
-	// plain http://VIP, the paper's url mode) and every other port of
-	// its plain shards (pepd's https.plain_shards and
-	// https.plain_shard_ports: config.HTTPS.PlainPorts). Empty means 80
-	// alone.
-	VIPHTTPPorts []uint16
 	// TLSPort is pepd's TLS listener (config listen.tls) for VIP:443 and
 	// the VIP's other TLS ports (VIPTLSPorts).
 	TLSPort uint16
@@ -124,14 +118,6 @@ func (g Gateway) Validate() error {
 			return fmt.Errorf("deploy: vip-tls-ports: port %d is zero or repeated", p)
 		}
 	}
-	for i, p := range g.VIPHTTPPorts {
-		switch {
-		case p == 0 || slices.Contains(g.VIPHTTPPorts[:i], p):
-			return fmt.Errorf("deploy: vip-http-ports: port %d is zero or repeated", p)
-		case slices.Contains(g.vipTLSPorts(), p):
-			return fmt.Errorf("deploy: vip-http-ports: port %d is one of the VIP's TLS ports", p)
-		}
-	}
 	if g.Mark == 0 || g.Mark&(g.Mark-1) != 0 {
 		return fmt.Errorf("deploy: mark: %#x is not a single bit", g.Mark)
 	}
@@ -155,15 +141,14 @@ func RenderRuleset(src []byte, g Gateway) ([]byte, error) {
 		return nil, err
 	}
 	values := map[string]string{
-		"SUB_IFS":        ifSet(g.SubscriberIfs),
-		"SUB_NETS":       netSet(g.SubscriberNets),
-		"VIP":            g.VIP.String(),
-		"HTTP_PORT":      strconv.Itoa(int(g.HTTPPort)),
-		"TLS_PORT":       strconv.Itoa(int(g.TLSPort)),
-		"VIP_TLS_PORTS":  portSet(g.vipTLSPorts()),
-		"VIP_HTTP_PORTS": portSet(g.vipHTTPPorts()),
-		"DNS_PORT":       strconv.Itoa(int(g.DNSPort)),
-		"MARK":           fmt.Sprintf("0x%08x", g.Mark),
+		"SUB_IFS":       ifSet(g.SubscriberIfs),
+		"SUB_NETS":      netSet(g.SubscriberNets),
+		"VIP":           g.VIP.String(),
+		"HTTP_PORT":     strconv.Itoa(int(g.HTTPPort)),
+		"TLS_PORT":      strconv.Itoa(int(g.TLSPort)),
+		"VIP_TLS_PORTS": portSet(g.vipTLSPorts()),
+		"DNS_PORT":      strconv.Itoa(int(g.DNSPort)),
+		"MARK":          fmt.Sprintf("0x%08x", g.Mark),
 	}
 	return setDefines(src, values, "ruleset")
 }
@@ -174,18 +159,6 @@ func (g Gateway) vipTLSPorts() []uint16 {
 	out := []uint16{443}
 	for _, p := range g.VIPTLSPorts {
 		if p != 443 {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// vipHTTPPorts returns VIPHTTPPorts with 80 first, whether or not it was
-// given (the paper's plain http://VIP is always served).
-func (g Gateway) vipHTTPPorts() []uint16 {
-	out := []uint16{80}
-	for _, p := range g.VIPHTTPPorts {
-		if p != 80 {
 			out = append(out, p)
 		}
 	}

@@ -16,7 +16,6 @@ func TestRenderRulesetGolden(t *testing.T) {
 	g.VIP = netip.MustParseAddr("10.0.0.12")
 	g.HTTPPort, g.TLSPort, g.DNSPort, g.Mark = 8080, 8443, 5300, 0x100
 	g.VIPTLSPorts = []uint16{443, 9443, 9444} // https.shards 3, https.shard_ports [443, 9443, 9444]
-	g.VIPHTTPPorts = []uint16{80, 9080}       // https.plain_shards 2, https.plain_shard_ports [80, 9080]
 	got, err := RenderRuleset(Ruleset, g)
 	if err != nil {
 		t.Fatal(err)
@@ -61,32 +60,6 @@ func TestRenderVIPTLSPorts(t *testing.T) {
 	}
 }
 
-// TestRenderVIPHTTPPorts: every plain shard port of the VIP is steered
-// to listen.tproxy, 80 always (the paper's http://VIP), each port once.
-func TestRenderVIPHTTPPorts(t *testing.T) {
-	for _, c := range []struct {
-		ports []uint16
-		want  string
-	}{
-		{nil, "{ 80 }"},
-		{[]uint16{80, 8080, 8081}, "{ 80, 8080, 8081 }"},
-		{[]uint16{8080}, "{ 80, 8080 }"},
-	} {
-		g := Default()
-		g.VIPHTTPPorts = c.ports
-		got, err := RenderRuleset(Ruleset, g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if line := "define VIP_HTTP_PORTS = " + c.want; !strings.Contains(string(got), line+" ") {
-			t.Errorf("ports %v: no line %q in\n%s", c.ports, line, got)
-		}
-		if !strings.Contains(string(got), "ip daddr $VIP tcp dport $VIP_HTTP_PORTS tproxy to :$HTTP_PORT") {
-			t.Errorf("ports %v: no TPROXY rule for $VIP_HTTP_PORTS", c.ports)
-		}
-	}
-}
-
 // TestRenderDefaultIsIdentity: the shipped file holds Default's values.
 func TestRenderDefaultIsIdentity(t *testing.T) {
 	got, err := RenderRuleset(Ruleset, Default())
@@ -115,8 +88,6 @@ func TestRenderRulesetErrors(t *testing.T) {
 		{"main table", string(Ruleset), func(g *Gateway) { g.Table = 254 }, `deploy: table: 254 is outside 1-252`},
 		{"zero port", string(Ruleset), func(g *Gateway) { g.DNSPort = 0 }, `deploy: dns-port: 0 is not a port`},
 		{"repeated shard port", string(Ruleset), func(g *Gateway) { g.VIPTLSPorts = []uint16{443, 8443, 8443} }, `deploy: vip-tls-ports: port 8443 is zero or repeated`},
-		{"repeated plain port", string(Ruleset), func(g *Gateway) { g.VIPHTTPPorts = []uint16{80, 8080, 8080} }, `deploy: vip-http-ports: port 8080 is zero or repeated`},
-		{"plain port a TLS port", string(Ruleset), func(g *Gateway) { g.VIPHTTPPorts = []uint16{80, 443} }, `deploy: vip-http-ports: port 443 is one of the VIP's TLS ports`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

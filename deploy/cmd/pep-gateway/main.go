@@ -55,8 +55,7 @@ func main() {
 	prio := fs.Int("rule-priority", g.RulePriority, "ip rule priority")
 	src := fs.String("ruleset", "", "ruleset template (default: the one built in)")
 	tlsPorts := fs.String("vip-tls-ports", "443", "the VIP's TCP ports steered to -tls-port, comma-separated: 443 and each https shard port (https.shard_ports)")
-	httpPorts := fs.String("vip-http-ports", "80", "the VIP's TCP ports steered to -http-port, comma-separated: 80 and each plain shard port (https.plain_shard_ports)")
-	pepdConf := fs.String("pepd-config", "", "pepd's config file: the VIP's TLS ports are 443 and its https shards' ports (https.shards, https.shard_ports), its http ports 80 and its plain shards' (https.plain_shards, https.plain_shard_ports), instead of -vip-tls-ports and -vip-http-ports")
+	pepdConf := fs.String("pepd-config", "", "pepd's config file: the VIP's TLS ports are 443 and its https shards' ports (https.shards, https.shard_ports), instead of -vip-tls-ports")
 	fs.Parse(os.Args[2:])
 
 	g.SubscriberIfs = strings.Split(*ifs, ",")
@@ -91,12 +90,14 @@ func main() {
 		if c.HTTPS.Enabled() {
 			g.VIPTLSPorts = c.HTTPS.Ports()
 		}
-		if c.HTTPS.PlainOrigins(c.VIP) != nil {
-			g.VIPHTTPPorts = c.HTTPS.PlainPorts()
-		}
 	} else {
-		g.VIPTLSPorts = ports("vip-tls-ports", *tlsPorts)
-		g.VIPHTTPPorts = ports("vip-http-ports", *httpPorts)
+		for _, f := range strings.Split(*tlsPorts, ",") {
+			p, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+			if err != nil {
+				fail(fmt.Errorf("pep-gateway: -vip-tls-ports: %q is not a port", f))
+			}
+			g.VIPTLSPorts = append(g.VIPTLSPorts, uint16(p))
+		}
 	}
 	if err := g.Validate(); err != nil {
 		fail(err)
@@ -225,18 +226,4 @@ func usage() {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, err)
 	os.Exit(1)
-}
-
-// ports parses a comma-separated list of TCP ports given to flag name;
-// a field that is not a port ends the program with an error naming it.
-func ports(name, list string) []uint16 {
-	var out []uint16
-	for _, f := range strings.Split(list, ",") {
-		p, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
-		if err != nil {
-			fail(fmt.Errorf("pep-gateway: -%s: %q is not a port", name, f))
-		}
-		out = append(out, uint16(p))
-	}
-	return out
 }
