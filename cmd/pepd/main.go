@@ -608,7 +608,6 @@ func (d *pepd) httpSettings(c *config.Config) (httpproxy.Settings, error) {
 	}
 	rc := c.Rewrite
 	rc.Origins, rc.PlainBlocking = c.HTTPS.Origins(c.VIP), c.HTTPS.PlainBlocking()
-	rc.PlainOrigins = c.HTTPS.PlainOrigins(c.VIP)
 	if c.HTTPS.URLs {
 		rc.OwnHostMax, rc.FirstImagesPlain = c.HTTPS.OwnHostMax, c.HTTPS.FirstImagesPlain
 	}

@@ -199,19 +199,6 @@ type HTTPS struct {
 	// pages whose LCP image comes later (reuters.com 0.73 to 1.08), and
 	// PLT 0.698 against 0.671 (testbed/README.md, session 18).
 	FirstImagesPlain int `yaml:"first_images_plain"`
-	// PlainShards is the number of plain http VIP origins (ports) that
-	// RenderBlocking http spreads an HTML document's render-blocking URLs
-	// over, each URL to one by a stable hash of its VIP path
-	// (rewrite.Config.PlainOrigins): Chromium opens at most 6 HTTP/1.1
-	// connections per origin, so a document with more render-blocking
-	// stylesheets and scripts than that holds the rest a round trip per
-	// six. Default 1 (http://VIP alone), at most 16.
-	PlainShards int `yaml:"plain_shards"`
-	// PlainShardPorts are the plain origins' ports, origin i at
-	// PlainShardPorts[i]; nftables steers each VIP:port to listen.http
-	// (or listen.tproxy). Default 80, 8080, 8081, ...; none may be a TLS
-	// shard's port.
-	PlainShardPorts []uint16 `yaml:"plain_shard_ports"`
 	// HoldSurplus bounds how long a ClientHello offering h2 waits for
 	// pepd's answer while the same subscriber's first handshake with the
 	// same VIP origin is in flight (Limits.HoldSurplus): the browser
@@ -229,7 +216,7 @@ type HTTPS struct {
 
 // DefaultHTTPS returns the https section's defaults.
 func DefaultHTTPS() HTTPS {
-	return HTTPS{Shards: 1, PlainShards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Priority: H2RFC7540, RenderBlocking: "http", OwnHostMax: 6, KeyExchange: viptls.KeyExchangeHybrid, HoldSurplus: 2 * time.Second}
+	return HTTPS{Shards: 1, MaxStreams: 100, MaxStreamsPerSubscriber: 512, Priority: H2RFC7540, RenderBlocking: "http", OwnHostMax: 6, KeyExchange: viptls.KeyExchangeHybrid, HoldSurplus: 2 * time.Second}
 }
 
 // Validate returns the first invalid field as a *field.Error whose path
@@ -251,8 +238,6 @@ func (h HTTPS) Validate() error {
 		field.AtLeast("first_images_plain", h.FirstImagesPlain, 0),
 		field.Check(h.HoldSurplus < 0 || h.HoldSurplus > time.Minute, "hold_surplus", "%s is outside 0..1m", h.HoldSurplus),
 		field.Check(len(h.ShardPorts) > 0 && len(h.ShardPorts) < h.Shards, "shard_ports", "%d ports for %d shards", len(h.ShardPorts), h.Shards),
-		field.Check(h.PlainShards < 1 || h.PlainShards > 16, "plain_shards", "%d is outside 1..16", h.PlainShards),
-		field.Check(len(h.PlainShardPorts) > 0 && len(h.PlainShardPorts) < h.PlainShards, "plain_shard_ports", "%d ports for %d plain shards", len(h.PlainShardPorts), h.PlainShards),
 	); err != nil {
 		return err
 	}
@@ -270,22 +255,6 @@ func (h HTTPS) Validate() error {
 			return field.Errorf(fmt.Sprintf("shard_ports.%d", i), "port %d is zero or repeated", p)
 		}
 		seen[p] = true
-	}
-	tls := h.Ports()
-	plainSeen := map[uint16]bool{}
-	for i, p := range h.PlainShardPorts {
-		switch {
-		case p == 0 || plainSeen[p]:
-			return field.Errorf(fmt.Sprintf("plain_shard_ports.%d", i), "port %d is zero or repeated", p)
-		case slices.Contains(tls, p) || seen[p]:
-			return field.Errorf(fmt.Sprintf("plain_shard_ports.%d", i), "port %d is a TLS shard's (shard_ports)", p)
-		}
-		plainSeen[p] = true
-	}
-	for _, p := range h.PlainPorts() {
-		if slices.Contains(tls, p) {
-			return field.Errorf("plain_shards", "the default plain port %d is a TLS shard's (shard_ports): set plain_shard_ports", p)
-		}
 	}
 	return nil
 }
@@ -306,43 +275,6 @@ func (h HTTPS) Ports() []uint16 {
 		default:
 			out = append(out, uint16(8443+i-1))
 		}
-	}
-	return out
-}
-
-// PlainPorts returns the first PlainShards ports of the plain origins,
-// defaults applied (80, 8080, 8081, ...).
-func (h HTTPS) PlainPorts() []uint16 {
-	n := max(h.PlainShards, 1)
-	out := make([]uint16, 0, n)
-	for i := 0; i < n; i++ {
-		switch {
-		case i < len(h.PlainShardPorts):
-			out = append(out, h.PlainShardPorts[i])
-		case i == 0:
-			out = append(out, 80)
-		default:
-			out = append(out, uint16(8080+i-1))
-		}
-	}
-	return out
-}
-
-// PlainOrigins are the plain origins url mode writes render-blocking URLs
-// under (rewrite.Config.PlainOrigins): with PlainBlocking and more than
-// one plain shard, http://VIP[:port] per PlainPorts; else none (http://VIP
-// alone).
-func (h HTTPS) PlainOrigins(vip netip.Addr) []string {
-	if !h.PlainBlocking() || h.PlainShards <= 1 {
-		return nil
-	}
-	var out []string
-	for _, p := range h.PlainPorts() {
-		a := netip.AddrPortFrom(vip, p).String()
-		if p == 80 {
-			a = strings.TrimSuffix(a, ":80")
-		}
-		out = append(out, "http://"+a)
 	}
 	return out
 }

@@ -45,24 +45,6 @@ func TestHTTPSOrigins(t *testing.T) {
 			t.Errorf("%+v: PlainBlocking = %v, want %v", c.h, got, c.want)
 		}
 	}
-	// The plain origins: only with render_blocking http and more than one
-	// plain shard; port 80 is the VIP's own http origin.
-	for _, c := range []struct {
-		name string
-		h    HTTPS
-		want []string
-	}{
-		{"one plain shard", HTTPS{URLs: true, RenderBlocking: "http", PlainShards: 1}, nil},
-		{"render_blocking https", HTTPS{URLs: true, RenderBlocking: "https", PlainShards: 3}, nil},
-		{"three, default ports", HTTPS{URLs: true, RenderBlocking: "http", PlainShards: 3},
-			[]string{"http://192.0.2.12", "http://192.0.2.12:8080", "http://192.0.2.12:8081"}},
-		{"two, ports given", HTTPS{URLs: true, RenderBlocking: "http", PlainShards: 2, PlainShardPorts: []uint16{81, 80, 82}},
-			[]string{"http://192.0.2.12:81", "http://192.0.2.12"}},
-	} {
-		if got := c.h.PlainOrigins(vip); !slices.Equal(got, c.want) {
-			t.Errorf("%s: PlainOrigins = %q, want %q", c.name, got, c.want)
-		}
-	}
 	for _, h := range []HTTPS{{OwnHostMax: -1}, {FirstImagesPlain: -1}} {
 		d := DefaultHTTPS()
 		d.OwnHostMax, d.FirstImagesPlain = h.OwnHostMax, h.FirstImagesPlain

@@ -80,17 +80,6 @@ type Config struct {
 	// plain http. pepd sets it from https.first_images_plain, not from
 	// YAML.
 	FirstImagesPlain int `yaml:"-"`
-	// PlainOrigins are the plain http VIP origins, each
-	// "http://host[:port]" in lowercase with a host that is the VIP, that
-	// PlainBlocking (and FirstImagesPlain) write URLs under: with k, each
-	// URL goes to the one the FNV-1a hash of its VIP path (authority,
-	// path and query) picks, so that a document's render-blocking
-	// objects spread over k origins, 6k HTTP/1.1 connections (Chromium's
-	// limit per origin, which holds the seventh stylesheet or script a
-	// round trip), and an object keeps its origin from page to page (the
-	// browser's cache is keyed by the URL). Empty means "http://VIP"
-	// alone. Set by pepd from https.plain_shards, not read from YAML.
-	PlainOrigins []string `yaml:"-"`
 }
 
 // Defaults of Config's fields.

@@ -13,7 +13,6 @@
 package rewrite
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -50,7 +49,7 @@ func New(vip string, cfg Config, log *slog.Logger, m *Metrics) (*Rewriter, error
 		return nil, fmt.Errorf("rewrite: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	origins, err := newVIPOrigins(auth, host, cfg.Origins, cfg.PlainOrigins)
+	origins, err := newVIPOrigins(auth, host, cfg.Origins)
 	if err != nil {
 		return nil, err
 	}
@@ -93,50 +92,29 @@ type vipOrigins struct {
 	// plain is "http://" + the VIP authority, the paper's url mode, always
 	// served (FromVIPURL maps it back whatever Origins say).
 	plain string
-	// plains are the plain origins a render-blocking element's URL goes
-	// under (Config.PlainOrigins; plain alone without them), the one its
-	// VIP path's hash picks (plainFor).
-	plains []string
 }
 
-// newVIPOrigins checks origins (Config.Origins) and plains
-// (Config.PlainOrigins) and returns them with the VIP's own authority
-// and host; no origins means http://VIP, and so do no plains.
-func newVIPOrigins(auth, host string, origins, plains []string) (vipOrigins, error) {
+// newVIPOrigins checks origins (Config.Origins) and returns them with
+// the VIP's own authority and host; no origins means http://VIP.
+func newVIPOrigins(auth, host string, origins []string) (vipOrigins, error) {
 	v := vipOrigins{hosts: []string{host}, plain: "http://" + auth}
-	add := func(o string, schemes ...string) (string, error) {
+	if len(origins) == 0 {
+		v.origins = []string{v.plain}
+		return v, nil
+	}
+	for _, o := range origins {
 		u, err := url.Parse(o)
-		if err != nil || !slices.Contains(schemes, u.Scheme) || u.Host == "" || u.User != nil ||
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
 			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Host != strings.ToLower(u.Host) {
-			return "", fmt.Errorf("rewrite: origin %q is not a lowercase %s origin (scheme://host[:port])", o, strings.Join(schemes, " or "))
+			return vipOrigins{}, fmt.Errorf("rewrite: origin %q is not a lowercase http or https origin (scheme://host[:port])", o)
 		}
+		v.origins = append(v.origins, u.Scheme+"://"+u.Host)
 		if h := u.Hostname(); !slices.Contains(v.hosts, h) {
 			if strings.IndexByte(h, ':') >= 0 {
 				h = "[" + h + "]"
 			}
 			v.hosts = append(v.hosts, h)
 		}
-		return u.Scheme + "://" + u.Host, nil
-	}
-	for _, o := range origins {
-		s, err := add(o, "http", "https")
-		if err != nil {
-			return vipOrigins{}, err
-		}
-		v.origins = append(v.origins, s)
-	}
-	for _, o := range plains {
-		s, err := add(o, "http")
-		if err != nil {
-			return vipOrigins{}, err
-		}
-		v.plains = append(v.plains, s)
-	}
-	if len(v.origins) == 0 {
-		v.origins = []string{v.plain}
-	}
-	if len(v.plains) == 0 {
-		v.plains = []string{v.plain}
 	}
 	return v, nil
 }
@@ -160,19 +138,6 @@ func shard[T string | []byte](auth T, n int) int {
 func (v *vipOrigins) pick(auth string) string { return v.origins[shard(auth, len(v.origins))] }
 
 func (v *vipOrigins) pickBytes(auth []byte) string { return v.origins[shard(auth, len(v.origins))] }
-
-// plainFor is the plain origin for a URL whose VIP path is p
-// ("/host[:port]/path?query", a fragment after it left out: the same
-// resource): plains[shard(p)], the same for a URL on every page.
-func (v *vipOrigins) plainFor(p []byte) string {
-	if len(v.plains) == 1 {
-		return v.plains[0]
-	}
-	if i := bytes.IndexByte(p, '#'); i >= 0 {
-		p = p[:i]
-	}
-	return v.plains[shard(p, len(v.plains))]
-}
 
 // isVIP reports whether host (lowercase, no port) is the VIP.
 func (v *vipOrigins) isVIP(host []byte) bool {

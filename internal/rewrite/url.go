@@ -242,33 +242,12 @@ func (u *urlRewriter) noteHost(host []byte) {
 
 // origin is the VIP origin a URL goes under: picked, the host's shard
 // of Config.Origins, or the plain http://VIP for a render-blocking
-// element (plain; plainShard then moves it to its shard of
-// Config.PlainOrigins once its VIP path is written).
+// element (plain).
 func (u *urlRewriter) origin(picked string) string {
 	if u.plain {
 		return u.vip.plain
 	}
 	return picked
-}
-
-// plainShard puts a URL written under the plain origin (plain) under
-// the one of Config.PlainOrigins its VIP path picks (vipOrigins.plainFor):
-// b[start:originEnd] is the origin written, b[originEnd:] the VIP path,
-// the URL's end. It returns b unchanged when the URL is not plain or its
-// origin stays; else b with the origin replaced (a new array when the
-// origins' lengths differ, so b's own may be kept as scratch).
-func (u *urlRewriter) plainShard(b []byte, start, originEnd int) []byte {
-	if !u.plain || len(u.vip.plains) == 1 {
-		return b
-	}
-	o := u.vip.plainFor(b[originEnd:])
-	if string(b[start:originEnd]) == o {
-		return b
-	}
-	out := make([]byte, 0, len(b)-(originEnd-start)+len(o))
-	out = append(out, b[:start]...)
-	out = append(out, o...)
-	return append(out, b[originEnd:]...)
 }
 
 // appendURL appends the VIP form of the URL in raw to dst. raw is the whole
@@ -366,7 +345,6 @@ func (u *urlRewriter) url(dst, raw []byte, ctx context) (int, []byte) {
 	t := append(u.scratch[:0], u.origin(u.vip.pick(u.base.auth))...)
 	t = append(t, '/')
 	vipPath := len(t)
-	originEnd := vipPath - 1
 	t = append(t, u.base.auth...)
 	pathEnd := 0
 	for pathEnd < len(dec) && dec[pathEnd] != '?' && dec[pathEnd] != '#' {
@@ -390,7 +368,6 @@ func (u *urlRewriter) url(dst, raw []byte, ctx context) (int, []byte) {
 	if own && u.ownLimit > 0 {
 		u.ownURL(t[vipPath:])
 	}
-	t = u.plainShard(t, 0, originEnd)
 	dst = append(dst, raw[:lo]...)
 	if ctx == inAttr && &dec[0] != &s[0] {
 		dst = appendAttrEscaped(dst, t)
@@ -457,13 +434,10 @@ func (u *urlRewriter) absolute(dst, lead, s []byte, end int, trail []byte) (int,
 	}
 	u.noteHost(host)
 	dst = append(dst, lead...)
-	start := len(dst)
 	dst = append(dst, u.origin(u.vip.pickBytes(la))...)
-	originEnd := len(dst)
 	dst = append(dst, '/')
 	dst = append(dst, la...)
 	dst = append(dst, rest...)
-	dst = u.plainShard(dst, start, originEnd)
 	return urlOK, append(dst, trail...)
 }
 

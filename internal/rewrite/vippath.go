@@ -133,13 +133,12 @@ func (r *Rewriter) VIPURL(u *url.URL) (string, bool) {
 }
 
 // FromVIPURL maps an absolute URL in VIP form (under the plain
-// http://VIP origin, one of Config.PlainOrigins or one of Config.Origins)
-// back to its origin URL: the Referer of a request for a VIP-form object.
-// isVIP is false when s is not
+// http://VIP origin or one of Config.Origins) back to its origin URL: the
+// Referer of a request for a VIP-form object. isVIP is false when s is not
 // under a VIP origin (s is then no concern of the VIP); err is a
 // *PathError when it is, but its path is not a valid VIP path.
 func (r *Rewriter) FromVIPURL(s string) (u *url.URL, isVIP bool, err error) {
-	for _, o := range append(append([]string{r.origins.plain}, r.origins.plains...), r.origins.origins...) {
+	for _, o := range append([]string{r.origins.plain}, r.origins.origins...) {
 		if len(s) > len(o) && s[len(o)] == '/' && strings.EqualFold(s[:len(o)], o) {
 			u, err := ParseVIPPath(s[len(o):])
 			return u, true, err

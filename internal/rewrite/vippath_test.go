@@ -2,11 +2,8 @@ package rewrite
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -361,64 +358,6 @@ func TestFirstImagesPlain(t *testing.T) {
 		got, _ := htmlWith(t, Config{Origins: origins, PlainBlocking: c.plainBlocking, FirstImagesPlain: c.n}, in, "http://www.foo.com/")
 		if got != c.want {
 			t.Errorf("PlainBlocking %v, FirstImagesPlain %d:\n got %s\nwant %s", c.plainBlocking, c.n, got, c.want)
-		}
-	}
-}
-
-// TestPlainOrigins: with Config.PlainOrigins the render-blocking URLs
-// (stylesheets, parser-blocking scripts, a <style>'s @import rules)
-// spread over the plain origins by their VIP path, whatever their host,
-// relative or absolute alike, and a URL goes to the same origin from
-// every document and after any fragment; FromVIPURL maps each back;
-// the other URLs go to the https origins as before. A plain origin that
-// is not http, or not lowercase, is refused.
-func TestPlainOrigins(t *testing.T) {
-	plains := []string{"http://192.0.2.12", "http://192.0.2.12:8080", "http://192.0.2.12:8081"}
-	cfg := Config{Origins: []string{"https://192.0.2.12"}, PlainBlocking: true, PlainOrigins: plains}
-	var in strings.Builder
-	for i := range 24 {
-		fmt.Fprintf(&in, `<script src="/js/%d.js"></script>`, i)
-	}
-	in.WriteString(`<link rel=stylesheet href="http://cdn.test/s.css#x"><style>@import "http://cdn.test/i.css";</style><img src="/p.png">`)
-	got, _ := htmlWith(t, cfg, in.String(), "http://www.site.test/a/page.html")
-	r, err := New("192.0.2.12", cfg, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]int{}
-	for _, m := range regexp.MustCompile(`(?:src|href)="(https?://[^"]+)"|@import "([^"]+)"`).FindAllStringSubmatch(got, -1) {
-		u := m[1] + m[2]
-		if strings.HasSuffix(u, "/p.png") {
-			if u != "https://192.0.2.12/www.site.test/p.png" {
-				t.Errorf("an image went to %s, want its https origin", u)
-			}
-			continue
-		}
-		i := strings.Index(u[len("http://"):], "/") + len("http://")
-		o, vipPath := u[:i], u[i:]
-		if !slices.Contains(plains, o) {
-			t.Errorf("%s: origin %s is not one of the plain origins", u, o)
-		}
-		if p, _, _ := strings.Cut(vipPath, "#"); o != plains[shard(p, len(plains))] {
-			t.Errorf("%s: origin %s, want the one its VIP path's hash picks", u, o)
-		}
-		seen[o]++
-		if back, isVIP, err := r.FromVIPURL(strings.TrimSuffix(u, "#x")); err != nil || !isVIP || back.Host != strings.Split(vipPath, "/")[1] {
-			t.Errorf("FromVIPURL(%s) = %v, %v, %v", u, back, isVIP, err)
-		}
-	}
-	if len(seen) != len(plains) {
-		t.Errorf("26 render-blocking URLs over %d of %d plain origins: %v\n%s", len(seen), len(plains), seen, got)
-	}
-	// The same script from another document, by another path: the same origin.
-	a, _ := htmlWith(t, cfg, `<script src="../../js/5.js"></script>`, "http://www.site.test/a/b/other.html")
-	b, _ := htmlWith(t, cfg, `<script src="HTTP://www.site.test/js/5.js"></script>`, "http://elsewhere.test/")
-	if !strings.Contains(got, a[len(`<script src="`):len(a)-len(`"></script>`)]) || a != b {
-		t.Errorf("the same URL from two documents: %s and %s", a, b)
-	}
-	for _, bad := range []string{"https://192.0.2.12:8080", "http://192.0.2.12:8080/x", "http://VIP.example.net:8080"} {
-		if _, err := New("192.0.2.12", Config{PlainOrigins: []string{bad}}, nil, nil); err == nil {
-			t.Errorf("plain origin %q accepted", bad)
 		}
 	}
 }

@@ -79,14 +79,6 @@ const (
 	ShardPortsLast  = 8443 + 14
 )
 
-// PlainPortsFirst and PlainPortsLast bound the VIP ports steered to
-// pepd's HTTP listener besides 80 in the same beds: pepd's default plain
-// shard ports (80, 8080, 8081, ...: https.plain_shards) for k up to 16.
-const (
-	PlainPortsFirst = 8080
-	PlainPortsLast  = 8080 + 14
-)
-
 // PepdConfig renders pepd's configuration for a testbed with the given
 // addresses: mode off at start, Squid with the PROXY protocol, every name
 // rewritten in dns mode, the listeners above, the https section of s, and
@@ -366,8 +358,7 @@ func Ruleset(c topo.Config, mode string) string {
 
 // ruleset is Ruleset with port 80 redirected to httpPort; shards also
 // steers the VIP's shard ports (ShardPortsFirst..ShardPortsLast) to the
-// TLS listener and its plain shard ports (PlainPortsFirst..PlainPortsLast)
-// to httpPort (a bed for url-https-kN modes).
+// TLS listener (a bed for url-https-kN modes).
 func ruleset(c topo.Config, mode string, httpPort int, shards bool) string {
 	var b strings.Builder
 	b.WriteString("table ip peptb\ndelete table ip peptb\n")
@@ -384,8 +375,6 @@ func ruleset(c topo.Config, mode string, httpPort int, shards bool) string {
 	if shards {
 		fmt.Fprintf(&b, "\t\tiifname \"%s\" ip saddr %s ip daddr %s tcp dport %d-%d counter redirect to :%d\n",
 			topo.IfGWRadio, sub, c.VIP, ShardPortsFirst, ShardPortsLast, PepdTLSPort)
-		fmt.Fprintf(&b, "\t\tiifname \"%s\" ip saddr %s ip daddr %s tcp dport %d-%d counter redirect to :%d\n",
-			topo.IfGWRadio, sub, c.VIP, PlainPortsFirst, PlainPortsLast, httpPort)
 	}
 	if mode == "dns" {
 		fmt.Fprintf(&b, "\t\tiifname \"%s\" ip saddr %s meta l4proto { udp, tcp } th dport 53 counter redirect to :%d\n",

@@ -87,20 +87,12 @@ func fixedTopo() topo.Config {
 }
 
 // TestRulesetShards: a bed for url-https-kN modes also steers the VIP's
-// shard ports to the TLS listener, and its plain shard ports to the HTTP
-// listener; other beds steer neither.
+// shard ports to the TLS listener.
 func TestRulesetShards(t *testing.T) {
 	r := ruleset(fixedTopo(), "url", PepdHTTPPort, true)
-	for _, want := range []string{
-		`iifname "radio0" ip saddr 198.18.0.2/24 ip daddr 192.0.2.12 tcp dport 8443-8457 counter redirect to :3443`,
-		`iifname "radio0" ip saddr 198.18.0.2/24 ip daddr 192.0.2.12 tcp dport 8080-8094 counter redirect to :3129`,
-	} {
-		if !strings.Contains(r, want) {
-			t.Errorf("ruleset lacks %q:\n%s", want, r)
-		}
-	}
-	if r := ruleset(fixedTopo(), "url", PepdHTTPPort, false); strings.Contains(r, "8080") || strings.Contains(r, "8443") {
-		t.Errorf("a bed without the VIP's HTTPS origin steers shard ports:\n%s", r)
+	want := `iifname "radio0" ip saddr 198.18.0.2/24 ip daddr 192.0.2.12 tcp dport 8443-8457 counter redirect to :3443`
+	if !strings.Contains(r, want) {
+		t.Errorf("ruleset lacks %q:\n%s", want, r)
 	}
 }
 
