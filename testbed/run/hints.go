@@ -35,19 +35,32 @@ func readCounts[T any](p *pep, what string, parse func(string) (T, error)) (T, e
 // number is an error.
 func parseHintCounts(m string) (hintCounts, error) {
 	var c hintCounts
+	err := parseSeries(m, map[string]*float64{"pep_hints_sent_total": &c.sent, "pep_hints_used_total": &c.used,
+		"pep_hints_unused_total": &c.unused, "pep_hints_unused_bytes_total": &c.unusedBytes})
+	if err != nil {
+		return hintCounts{}, err
+	}
+	return c, nil
+}
+
+// parseSeries sets *dst[name] to the value of each series of a
+// Prometheus text exposition whose name (with its labels, as pepd
+// writes them: `pep_x_total{outcome="closed"}`) is a key of dst; a
+// series that is absent leaves its value as it is, one whose value is
+// not a number is an error naming it.
+func parseSeries(m string, dst map[string]*float64) error {
 	for _, l := range strings.Split(m, "\n") {
 		name, v, _ := strings.Cut(l, " ")
-		dst := map[string]*float64{"pep_hints_sent_total": &c.sent, "pep_hints_used_total": &c.used,
-			"pep_hints_unused_total": &c.unused, "pep_hints_unused_bytes_total": &c.unusedBytes}[name]
-		if dst == nil {
+		p := dst[name]
+		if p == nil {
 			continue
 		}
 		var err error
-		if *dst, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
-			return hintCounts{}, fmt.Errorf("run: pepd's metrics: %s %q: %w", name, v, err)
+		if *p, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
+			return fmt.Errorf("run: pepd's metrics: %s %q: %w", name, v, err)
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // hintTally credits pepd's hint counters to a +hints session's records

@@ -4,13 +4,7 @@ package run
 // pep_http_tls_surplus_total counters read around each load and credited
 // to its record.
 
-import (
-	"fmt"
-	"strconv"
-	"strings"
-
-	"pep/testbed/report"
-)
+import "pep/testbed/report"
 
 // surplusCounts are pepd's pep_http_tls_surplus_total series: TLS
 // handshakes to the VIP held behind the subscriber's first handshake to
@@ -28,19 +22,12 @@ func (p *pep) surplusCounts() (surplusCounts, error) {
 // the hold off), a value that is not a number is an error.
 func parseSurplusCounts(m string) (surplusCounts, error) {
 	var c surplusCounts
-	for _, l := range strings.Split(m, "\n") {
-		name, v, _ := strings.Cut(l, " ")
-		dst := map[string]*float64{
-			`pep_http_tls_surplus_total{outcome="closed"}`: &c.closed,
-			`pep_http_tls_surplus_total{outcome="served"}`: &c.served,
-		}[name]
-		if dst == nil {
-			continue
-		}
-		var err error
-		if *dst, err = strconv.ParseFloat(strings.TrimSpace(v), 64); err != nil {
-			return surplusCounts{}, fmt.Errorf("run: pepd's metrics: %s %q: %w", name, v, err)
-		}
+	err := parseSeries(m, map[string]*float64{
+		`pep_http_tls_surplus_total{outcome="closed"}`: &c.closed,
+		`pep_http_tls_surplus_total{outcome="served"}`: &c.served,
+	})
+	if err != nil {
+		return surplusCounts{}, err
 	}
 	return c, nil
 }
