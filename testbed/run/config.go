@@ -250,6 +250,12 @@ type Config struct {
 	// PageTimeout bounds one page load; Settle is the quiet time after
 	// onload and SettleMax the longest wait for it (browser.Options).
 	PageTimeout, Settle, SettleMax time.Duration
+	// OptIdleMax bounds each wait, in a warm session of a +opt mode, for
+	// pepd's optimizer to finish the transforms a warm-up pass left
+	// behind its responses (waitOptIdle); past it the session fails.
+	// Zero means 5 minutes; AVIF searches (optimize.avif) on this
+	// 2-core machine take about 0.75 s of CPU per image and need more.
+	OptIdleMax time.Duration
 	// Backend is the link emulator backend: "auto", "tc" or "userspace".
 	Backend string
 	// Bin is the folder with pepd and pepctl; "" means the folder of the
@@ -420,7 +426,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("cc_phone", c.CCPhone), slog.String("cc_gw", c.CCGW), slog.String("cc_origin", c.CCOrigin),
 		slog.Int("gw_initcwnd", c.GWInitCwnd), slog.Bool("gw_initcwnd_tls_only", c.GWInitCwndTLSOnly), slog.Any("gw_slow_start_after_idle", c.GWSlowStartAfterIdle),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),
-		slog.Bool("har", c.HAR), slog.Bool("netlog", c.NetLog), slog.Bool("stock_chromium", c.StockChromium), slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax),
+		slog.Bool("har", c.HAR), slog.Bool("netlog", c.NetLog), slog.Bool("stock_chromium", c.StockChromium), slog.String("backend", c.Backend), slog.String("bin", c.Bin), slog.Int("parallel", c.Parallel), slog.Bool("split_modes", c.SplitModes), slog.Duration("settle_max", c.SettleMax), slog.Duration("opt_idle_max", c.optIdleMax()),
 	)
 }
 

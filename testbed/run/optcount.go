@@ -107,9 +107,15 @@ func parseOptBusy(m string) (busy float64, err error) {
 	return busy, nil
 }
 
-// optIdleWait bounds how long a warm session waits for the optimizer to
-// finish the transforms its warm-up pass left behind its responses.
-const optIdleWait = 5 * time.Minute
+// optIdleMax is Config.OptIdleMax with its default: how long a warm
+// session waits for the optimizer to finish the transforms its warm-up
+// pass left behind its responses.
+func (c Config) optIdleMax() time.Duration {
+	if c.OptIdleMax > 0 {
+		return c.OptIdleMax
+	}
+	return 5 * time.Minute
+}
 
 // waitOptIdle waits until pepd's optimizer has no transform waiting or
 // running (parseOptBusy), polling every 200 ms, at most max; it returns

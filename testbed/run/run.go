@@ -657,7 +657,7 @@ func (e *experiment) prepareSession(ctx context.Context, bed *Bed, s session, bo
 			// those transforms end, a second pass (a second
 			// subscriber) stores them: the cache a popular page has.
 			for pass := 1; pass <= 2; pass++ {
-				waited, err := bed.pep.waitOptIdle(ctx, optIdleWait)
+				waited, err := bed.pep.waitOptIdle(ctx, e.c.optIdleMax())
 				if err != nil {
 					return err
 				}
