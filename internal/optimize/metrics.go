@@ -36,13 +36,13 @@ type Metrics struct {
 //	pep_optimize_queue_depth                             transforms waiting for a worker
 //	pep_optimize_served_total{transform,cache}           transformed variants sent to subscribers, Squid hit or miss
 //	pep_optimize_results_reused_total{transform}         misses answered from a finished transform (deferred before), no transform run
-//	pep_optimize_avif_total{outcome}                     image requests that accept AVIF, by outcome (AVIFServed, AVIFLarger, AVIFPending, AVIFOverload)
+//	pep_optimize_avif_total{outcome}                     image requests that accept AVIF, by outcome (AVIFServed, AVIFLarger, AVIFPending, AVIFLate, AVIFOverload)
 //	pep_optimize_avif_queue_depth                        AVIF searches waiting for an AVIF worker
 //	pep_optimize_running                                 transforms running on a worker (WebP, text and AVIF; with the queue depths 0: the optimizer is idle)
 //	pep_optimize_quick_total{outcome}                    image responses turned away by the backlog that tried the quick WebP (QuickServed, QuickMissed, QuickLate, QuickOverload)
 //	pep_optimize_link_waits_total                        responses allowed a wait above optimize.deadline by their subscriber's link rate (Options.LinkDeadline)
 //	pep_optimize_link_short_waits_total                  responses given a wait below optimize.deadline by their subscriber's link rate (Options.LinkFloor)
-//	pep_optimize_backlog_seconds{transform}              estimated work of the WebP (webp), text (gzip: gzip and brotli) or quick WebP (quick) transforms waiting and running, seconds (what SkipBacklog predicts from)
+//	pep_optimize_backlog_seconds{transform}              estimated work of the WebP (webp), text (gzip: gzip and brotli), quick WebP (quick) or AVIF (avif) transforms waiting and running, seconds (what SkipBacklog and AVIFLate predict from)
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "bytes_total",
@@ -61,13 +61,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		reuse: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "results_reused_total",
 			Help: "Misses answered from a transform finished earlier (one that was deferred, or a body seen before): no transform ran."}, []string{"transform"}),
 		avifs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "avif_total",
-			Help: "Image requests accepting AVIF whose WebP outcome was known, by outcome: served (AVIF smaller), larger (WebP or original kept), pending (AVIF encoding: served unstored), overload (AVIF queue full)."}, []string{"outcome"}),
+			Help: "Image requests accepting AVIF whose WebP outcome was known, by outcome: served (AVIF smaller), larger (WebP or original kept), pending (AVIF encoding: served unstored), late (the AVIF backlog predicted it past the deadline: served unstored at once), overload (AVIF queue full)."}, []string{"outcome"}),
 		avifDepth: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "avif_queue_depth",
 			Help: "AVIF searches waiting for an AVIF worker."}),
 		busy: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "running",
 			Help: "Transforms running on a worker (WebP, text and AVIF), for a response or for the next miss."}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "pep", Subsystem: "optimize", Name: "backlog_seconds",
-			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by pool (webp; gzip: the text transforms, gzip and brotli; quick: the quick WebPs)."}, []string{"transform"}),
+			Help: "Estimated work of the transforms waiting and running (each from its size by its format's cost line, fitted to recent transforms), seconds, by pool (webp; gzip: the text transforms, gzip and brotli; quick: the quick WebPs; avif: the AVIF searches)."}, []string{"transform"}),
 		quicks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "quick_total",
 			Help: "Image responses the backlog turned away that tried the quick WebP (optimize.quick_quality), by outcome: served (reached the SSIM target in time; not stored), missed (below the target or not smaller), late (predicted or found past the wait), overload (queue full)."}, []string{"outcome"}),
 		linkShortWaits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pep", Subsystem: "optimize", Name: "link_short_waits_total",

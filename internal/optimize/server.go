@@ -304,7 +304,7 @@ func New(o Options) (*Server, error) {
 		webp:      newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("webp"))),
 		text:      newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("gzip"))),
 		quickPool: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("quick"))),
-		avif:      newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.ByArrival, o.Metrics.avifQueueDepth, o.Metrics.running, nil)}
+		avif:      newWorkPool(o.AVIF.Workers, o.AVIF.Queue, o.ByArrival, o.Metrics.avifQueueDepth, o.Metrics.running, newBacklog(o.AVIF.Workers, o.Metrics.backlogSeconds("avif")))}
 	tr := &http.Transport{
 		DialContext:           s.dial,
 		MaxIdleConnsPerHost:   8,
@@ -714,7 +714,8 @@ func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency
 				pool.backlog.learn(format, done, took)
 				s.results.put(key, r)
 				if avif && r.skip != SkipOverload {
-					s.avifFor(sum, body, r) // for the next miss, if this one cannot wait
+					w, _ := s.avif.backlog.estimate(format, units)
+					s.avifFor(sum, body, r, format, units, w) // for the next miss, if this one cannot wait
 				}
 				return r
 			}), nil
@@ -734,8 +735,11 @@ func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency
 		}
 	}
 	if avif && !quick && (r.skip == "" || r.skip == SkipNotSmaller) {
-		a, done := s.avifResult(sum, body, r, deadline)
+		a, done, late := s.avifResult(sum, body, r, deadline)
 		switch {
+		case late:
+			s.o.Metrics.avif(AVIFLate)
+			unstored = "avif"
 		case !done:
 			s.o.Metrics.avif(AVIFPending)
 			unstored = "avif"
@@ -854,24 +858,37 @@ const (
 	AVIFLarger   = "larger"   // no AVIF at the target was smaller: the WebP (or the original) served
 	AVIFPending  = "pending"  // the AVIF was not ready within the deadline: the WebP served, not stored
 	AVIFOverload = "overload" // the AVIF queue was full: the WebP served and stored
+	AVIFLate     = "late"     // the AVIF backlog predicted the search past the deadline: the WebP served at once, not stored; the search goes on for the next miss
 )
 
 // avifResult returns the AVIF outcome for body (webp is its WebP
 // transform's result): kept from an earlier search, or from the search
-// avifFor starts, waited for until deadline; done is false past it.
-func (s *Server) avifResult(sum [32]byte, body []byte, webp transformResult, deadline time.Time) (r transformResult, done bool) {
+// avifFor starts, waited for until deadline; done is false past it. late
+// is true (and done false) when the AVIF pool's backlog predicts the
+// search to end after deadline (Options.DeferLate unset, the format's
+// cost known): the response is not held for it, and the search goes on
+// for the next miss, as SkipBacklog does for a WebP. A search already
+// under way (started when the WebP finished) counts in the backlog ahead
+// of itself too, so the prediction errs late, by at most its own work
+// over the workers: towards serving the WebP at once.
+func (s *Server) avifResult(sum [32]byte, body []byte, webp transformResult, deadline time.Time) (r transformResult, done, late bool) {
 	if r, ok := s.results.get("avif" + string(sum[:])); ok {
 		s.o.Metrics.reused("avif")
-		return r, true
+		return r, true, false
 	}
-	ch := s.avifFor(sum, body, webp)
+	format, units, _ := size("image", body)
+	work, known := s.avif.backlog.estimate(format, units)
+	ch := s.avifFor(sum, body, webp, format, units, work)
+	if !s.o.DeferLate && known && s.avif.backlog.finish(DefaultUrgency, work) > time.Until(deadline) {
+		return transformResult{}, false, true
+	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	select {
 	case res := <-ch:
-		return res.Val.(transformResult), true
+		return res.Val.(transformResult), true, false
 	case <-timer.C:
-		return transformResult{}, false
+		return transformResult{}, false, false
 	}
 }
 
@@ -880,13 +897,18 @@ func (s *Server) avifResult(sum [32]byte, body []byte, webp transformResult, dea
 // channel. The search waits for one of AVIFOptions.Workers; a full
 // AVIFOptions.Queue answers skipAVIFOverload at once (not kept). Its
 // result, an AVIF smaller than webp's body or SkipNotSmaller, is kept in
-// results for the next miss.
-func (s *Server) avifFor(sum [32]byte, body []byte, webp transformResult) <-chan singleflight.Result {
+// results for the next miss. format and units are body's (size), work
+// the AVIF pool's estimate (zero when not known): the search counts in
+// that pool's backlog while it waits and runs, and its wall time teaches
+// the pool the format's cost.
+func (s *Server) avifFor(sum [32]byte, body []byte, webp transformResult, format string, units int64, work time.Duration) <-chan singleflight.Result {
 	key := "avif" + string(sum[:])
 	return s.flight.DoChan(key, func() (any, error) {
 		if r, ok := s.results.get(key); ok {
 			return r, nil
 		}
+		s.avif.backlog.add(DefaultUrgency, work)
+		defer s.avif.backlog.add(DefaultUrgency, -work)
 		release, ok := s.avif.acquire(DefaultUrgency)
 		if !ok {
 			return transformResult{skip: skipAVIFOverload}, nil
@@ -894,7 +916,9 @@ func (s *Server) avifFor(sum [32]byte, body []byte, webp transformResult) <-chan
 		defer release()
 		start := time.Now()
 		res := AVIF(body, s.o.Image, ImageResult{Body: webp.out, ContentType: webp.ctype, Skip: webp.skip})
-		s.o.Metrics.done("avif", time.Since(start))
+		took := time.Since(start)
+		s.o.Metrics.done("avif", took)
+		s.avif.backlog.learn(format, frameUnits(units, res), took)
 		r := transformResult{out: res.Body, ctype: res.ContentType, skip: res.Skip}
 		if r.skip != "" {
 			r.out = nil // nothing to serve: the WebP's result decides

@@ -368,6 +368,59 @@ func TestServerAVIFOverload(t *testing.T) {
 	}
 }
 
+// TestServerAVIFLate (issue 27, session 33): once the AVIF pool's backlog
+// has learned a cost that puts the search past the deadline, a request
+// that accepts AVIF gets the WebP at once instead of after the whole
+// deadline, marked Pep-Deferred avif (not to be stored), counted as
+// outcome "late"; the search goes on, its wall time teaches the cost line
+// one sample more, and the next miss gets the AVIF from the kept result.
+// Without a learned cost (the first searches) the response waits as
+// before: TestServerAVIFOverload's second request.
+func TestServerAVIFLate(t *testing.T) {
+	photo := readTestdata(t, "photo.jpg")
+	handlers := map[string]http.HandlerFunc{"/photo.jpg": serveBytes(TypeJPEG, photo, "Cache-Control", "max-age=3600")}
+	deadline := testenv.Scale(10 * time.Second)
+	w := startServerWorld(t, Options{Deadline: deadline, AVIF: AVIFOptions{Enabled: true, Workers: 1}}, handlers)
+	outcome := func(o string) float64 { return testutil.ToFloat64(w.m.avifs.WithLabelValues(o)) }
+	samples := func() int {
+		w.s.avif.backlog.mu.Lock()
+		defer w.s.avif.backlog.mu.Unlock()
+		if c := w.s.avif.backlog.costs["jpeg"]; c != nil {
+			return c.samples
+		}
+		return 0
+	}
+	for i := range minSamples { // 1 s per pixel: far past any deadline
+		w.s.avif.backlog.learn("jpeg", int64(1+i%2), time.Duration(1+i%2)*time.Second)
+	}
+	start := time.Now()
+	resp, b, err := w.get(t, "/photo.jpg")
+	took := time.Since(start)
+	if err != nil || resp.Header.Get("Content-Type") != TypeWebP || len(b) >= len(photo) {
+		t.Fatalf("AVIF predicted late: %v %v: %q, %d bytes, want the WebP", resp, err, resp.Header.Get("Content-Type"), len(b))
+	}
+	if d := resp.Header.Get(DeferredHeader); d != "avif" {
+		t.Errorf("AVIF predicted late: %s %q, want avif (the WebP not to be stored)", DeferredHeader, d)
+	}
+	if took >= deadline {
+		t.Errorf("served after %v, want at once (deadline %v)", took, deadline)
+	}
+	if late, pending := outcome(AVIFLate), outcome(AVIFPending); late != 1 || pending != 0 {
+		t.Errorf("avif_total{outcome=late} = %v, {pending} = %v; want 1, 0", late, pending)
+	}
+	waitResult(t, w, "avif", photo)
+	if got := samples(); got != minSamples+1 {
+		t.Errorf("the AVIF cost line has %d samples after the search, want %d", got, minSamples+1)
+	}
+	resp, a, err := w.get(t, "/photo.jpg")
+	if err != nil || resp.Header.Get("Content-Type") != TypeAVIF || len(a) >= len(b) {
+		t.Fatalf("next miss: %v %v: %q, %d bytes (WebP %d), want the AVIF", resp, err, resp.Header.Get("Content-Type"), len(a), len(b))
+	}
+	if q := testutil.ToFloat64(w.m.backlog.WithLabelValues("avif")); q > 1e-6 || q < -1e-6 {
+		t.Errorf("backlog_seconds{transform=avif} = %v after the search ended, want 0", q)
+	}
+}
+
 // TestServerText: the text transform through the real Server and a real
 // origin, on a real minified script (underscore-min.js from the default
 // pages). A request whose Accept-Encoding names br gets brotli, also of
