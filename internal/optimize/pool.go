@@ -64,6 +64,16 @@ func (p *workPool) acquire(urgency int) (release func(), ok bool) {
 	return p.done, true
 }
 
+// full reports whether acquire(DefaultUrgency) would return false now:
+// no worker free to start at once and every waiting place taken (a job a
+// response waits for may still take a nextMiss job's place; the AVIF
+// pool, its one user, has none).
+func (p *workPool) full() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !(p.free > 0 && len(p.waiting) == 0) && len(p.waiting) >= p.queue
+}
+
 // started moves the running-jobs gauge by d.
 func (p *workPool) started(d float64) {
 	if p.busy != nil {

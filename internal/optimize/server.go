@@ -870,7 +870,9 @@ const (
 // for the next miss, as SkipBacklog does for a WebP. A search already
 // under way (started when the WebP finished) counts in the backlog ahead
 // of itself too, so the prediction errs late, by at most its own work
-// over the workers: towards serving the WebP at once.
+// over the workers: towards serving the WebP at once. A search predicted
+// late while the AVIF queue is full (workPool.full) is not started: the
+// outcome is skipAVIFOverload, as the search itself would answer.
 func (s *Server) avifResult(sum [32]byte, body []byte, webp transformResult, deadline time.Time) (r transformResult, done, late bool) {
 	if r, ok := s.results.get("avif" + string(sum[:])); ok {
 		s.o.Metrics.reused("avif")
@@ -878,10 +880,17 @@ func (s *Server) avifResult(sum [32]byte, body []byte, webp transformResult, dea
 	}
 	format, units, _ := size("image", body)
 	work, known := s.avif.backlog.estimate(format, units)
-	ch := s.avifFor(sum, body, webp, format, units, work)
 	if !s.o.DeferLate && known && s.avif.backlog.finish(DefaultUrgency, work) > time.Until(deadline) {
+		if s.avif.full() {
+			// As a full queue answers a search that would wait for
+			// it: the WebP served and stored, not held back unstored
+			// miss after miss while the queue stays full.
+			return transformResult{skip: skipAVIFOverload}, true, false
+		}
+		s.avifFor(sum, body, webp, format, units, work)
 		return transformResult{}, false, true
 	}
+	ch := s.avifFor(sum, body, webp, format, units, work)
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	select {

@@ -375,12 +375,15 @@ func TestServerAVIFOverload(t *testing.T) {
 // outcome "late"; the search goes on, its wall time teaches the cost line
 // one sample more, and the next miss gets the AVIF from the kept result.
 // Without a learned cost (the first searches) the response waits as
-// before: TestServerAVIFOverload's second request.
+// before: TestServerAVIFOverload's second request. Predicted late while
+// the AVIF queue is full, the search is not started and the WebP is
+// served to be stored (outcome overload), as a full queue answers: not
+// held back unstored on every miss while the queue stays full.
 func TestServerAVIFLate(t *testing.T) {
 	photo := readTestdata(t, "photo.jpg")
 	handlers := map[string]http.HandlerFunc{"/photo.jpg": serveBytes(TypeJPEG, photo, "Cache-Control", "max-age=3600")}
 	deadline := testenv.Scale(10 * time.Second)
-	w := startServerWorld(t, Options{Deadline: deadline, AVIF: AVIFOptions{Enabled: true, Workers: 1}}, handlers)
+	w := startServerWorld(t, Options{Deadline: deadline, AVIF: AVIFOptions{Enabled: true, Workers: 1, Queue: 1}}, handlers)
 	outcome := func(o string) float64 { return testutil.ToFloat64(w.m.avifs.WithLabelValues(o)) }
 	samples := func() int {
 		w.s.avif.backlog.mu.Lock()
@@ -393,8 +396,23 @@ func TestServerAVIFLate(t *testing.T) {
 	for i := range minSamples { // 1 s per pixel: far past any deadline
 		w.s.avif.backlog.learn("jpeg", int64(1+i%2), time.Duration(1+i%2)*time.Second)
 	}
-	start := time.Now()
+	free := w.s.avif.occupy(1, 1) // the AVIF worker busy, its one waiting place taken
 	resp, b, err := w.get(t, "/photo.jpg")
+	free()
+	if err != nil || resp.Header.Get("Content-Type") != TypeWebP {
+		t.Fatalf("AVIF late, queue full: %v %v, want the WebP", resp, err)
+	}
+	if d := resp.Header.Get(DeferredHeader); d != "" {
+		t.Errorf("AVIF late, queue full: %s %q, want none (the WebP is to be stored)", DeferredHeader, d)
+	}
+	if over, late := outcome(AVIFOverload), outcome(AVIFLate); over != 1 || late != 0 {
+		t.Errorf("queue full: avif_total{outcome=overload} = %v, {late} = %v; want 1, 0", over, late)
+	}
+	if got := samples(); got != minSamples {
+		t.Errorf("queue full: %d AVIF cost samples, want %d (no search started)", got, minSamples)
+	}
+	start := time.Now()
+	resp, b, err = w.get(t, "/photo.jpg")
 	took := time.Since(start)
 	if err != nil || resp.Header.Get("Content-Type") != TypeWebP || len(b) >= len(photo) {
 		t.Fatalf("AVIF predicted late: %v %v: %q, %d bytes, want the WebP", resp, err, resp.Header.Get("Content-Type"), len(b))
