@@ -134,7 +134,7 @@ func cmdRun(args []string) error {
 	fs.DurationVar(&c.PageTimeout, "page-timeout", c.PageTimeout, "time limit of one page load")
 	fs.DurationVar(&c.Settle, "settle", c.Settle, "quiet network time after onload before the next page")
 	fs.DurationVar(&c.SettleMax, "settle-max", c.SettleMax, "longest wait for the quiet after onload")
-	fs.DurationVar(&c.OptIdleMax, "opt-idle-max", 5*time.Minute, "longest wait, after each warm-up pass of a +opt mode, for pepd's optimizer to finish its transforms (AVIF searches need more)")
+	fs.DurationVar(&c.OptIdleMax, "opt-idle-max", c.OptIdleMax, "longest wait, after each warm-up pass of a +opt mode, for pepd's optimizer to finish its transforms (AVIF searches need more)")
 	fs.BoolVar(&c.SplitModes, "split-modes", false, "one testbed per (profile, run, mode), so that -parallel covers the modes too")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "link emulator: auto, tc or userspace")
 	fs.StringVar(&c.Bin, "bin", "", "folder with pepd and pepctl (default: this program's folder)")

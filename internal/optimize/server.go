@@ -714,8 +714,7 @@ func (s *Server) transform(t string, body []byte, enc string, avif bool, urgency
 				pool.backlog.learn(format, done, took)
 				s.results.put(key, r)
 				if avif && r.skip != SkipOverload {
-					w, _ := s.avif.backlog.estimate(format, units)
-					s.avifFor(sum, body, r, format, units, w) // for the next miss, if this one cannot wait
+					s.avifFor(sum, body, r) // for the next miss, if this one cannot wait
 				}
 				return r
 			}), nil
@@ -887,10 +886,10 @@ func (s *Server) avifResult(sum [32]byte, body []byte, webp transformResult, dea
 			// miss after miss while the queue stays full.
 			return transformResult{skip: skipAVIFOverload}, true, false
 		}
-		s.avifFor(sum, body, webp, format, units, work)
+		s.avifFor(sum, body, webp)
 		return transformResult{}, false, true
 	}
-	ch := s.avifFor(sum, body, webp, format, units, work)
+	ch := s.avifFor(sum, body, webp)
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	select {
@@ -906,16 +905,18 @@ func (s *Server) avifResult(sum [32]byte, body []byte, webp transformResult, dea
 // channel. The search waits for one of AVIFOptions.Workers; a full
 // AVIFOptions.Queue answers skipAVIFOverload at once (not kept). Its
 // result, an AVIF smaller than webp's body or SkipNotSmaller, is kept in
-// results for the next miss. format and units are body's (size), work
-// the AVIF pool's estimate (zero when not known): the search counts in
-// that pool's backlog while it waits and runs, and its wall time teaches
-// the pool the format's cost.
-func (s *Server) avifFor(sum [32]byte, body []byte, webp transformResult, format string, units int64, work time.Duration) <-chan singleflight.Result {
+// results for the next miss. The search counts in the AVIF pool's
+// backlog at that pool's estimate for body's size while it waits and
+// runs (nothing while the format's cost is not known), and its wall time
+// teaches the pool the format's cost.
+func (s *Server) avifFor(sum [32]byte, body []byte, webp transformResult) <-chan singleflight.Result {
 	key := "avif" + string(sum[:])
 	return s.flight.DoChan(key, func() (any, error) {
 		if r, ok := s.results.get(key); ok {
 			return r, nil
 		}
+		format, units, _ := size("image", body)
+		work, _ := s.avif.backlog.estimate(format, units)
 		s.avif.backlog.add(DefaultUrgency, work)
 		defer s.avif.backlog.add(DefaultUrgency, -work)
 		release, ok := s.avif.acquire(DefaultUrgency)

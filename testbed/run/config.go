@@ -253,7 +253,7 @@ type Config struct {
 	// OptIdleMax bounds each wait, in a warm session of a +opt mode, for
 	// pepd's optimizer to finish the transforms a warm-up pass left
 	// behind its responses (waitOptIdle); past it the session fails.
-	// Zero means 5 minutes; AVIF searches (optimize.avif) on this
+	// Zero means DefaultOptIdleMax; AVIF searches (optimize.avif) on this
 	// 2-core machine take about 0.75 s of CPU per image and need more.
 	OptIdleMax time.Duration
 	// Backend is the link emulator backend: "auto", "tc" or "userspace".
@@ -311,7 +311,7 @@ func Default() Config {
 	return Config{
 		Corpus: "default", Profiles: []string{"paper-average", "paper-congested"}, Wired: DefaultWired, PrepareLink: DefaultPrepareLink,
 		Modes: slices.Clone(Modes), Runs: 3, Out: "testbed-out", Resolver: browser.ResolverBuiltin,
-		PageTimeout: 3 * time.Minute, Settle: 500 * time.Millisecond, SettleMax: 10 * time.Second, Backend: "auto", Parallel: 1,
+		PageTimeout: 3 * time.Minute, Settle: 500 * time.Millisecond, SettleMax: 10 * time.Second, OptIdleMax: DefaultOptIdleMax, Backend: "auto", Parallel: 1,
 		// The gateway's radio-side TCP as docs/operations.md deploys it.
 		GWInitCwnd: InitCwndBDP, GWInitCwndTLSOnly: true, GWSlowStartAfterIdle: new(0),
 	}

@@ -107,14 +107,17 @@ func parseOptBusy(m string) (busy float64, err error) {
 	return busy, nil
 }
 
-// optIdleMax is Config.OptIdleMax with its default: how long a warm
-// session waits for the optimizer to finish the transforms its warm-up
-// pass left behind its responses.
+// DefaultOptIdleMax is Config.OptIdleMax's default (and its value when
+// zero): how long a warm session waits for the optimizer to finish the
+// transforms a warm-up pass left behind its responses.
+const DefaultOptIdleMax = 5 * time.Minute
+
+// optIdleMax is Config.OptIdleMax, DefaultOptIdleMax when zero.
 func (c Config) optIdleMax() time.Duration {
 	if c.OptIdleMax > 0 {
 		return c.OptIdleMax
 	}
-	return 5 * time.Minute
+	return DefaultOptIdleMax
 }
 
 // waitOptIdle waits until pepd's optimizer has no transform waiting or
