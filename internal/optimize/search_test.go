@@ -190,7 +190,7 @@ func TestImageJPEGFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	limit := int(float64(len(in)) * (1 - o.MinSaving))
-	w, err := e.search(webpCodec, o.Target, o.TileFloor, o.Refine, limit, false)
+	w, err := e.search(webpCodec, o.Target, o.TileFloor, o.Refine, limit, false, -1)
 	e.close()
 	if err != nil || w.out != nil {
 		t.Fatalf("a WebP qualifies (%d bytes, SSIM %.4f, %v): the test image is not hard", len(w.out), w.ssim, err)
@@ -304,7 +304,7 @@ func TestAVIFLargerStaysWebP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := e.search(avifCodec, o.Target, o.TileFloor, o.Refine, 1<<30, false)
+		c, err := e.search(avifCodec, o.Target, o.TileFloor, o.Refine, 1<<30, false, -1)
 		e.close()
 		if err != nil {
 			t.Fatal(err)
@@ -452,5 +452,41 @@ func TestSearchRefine(t *testing.T) {
 	}
 	if !lower {
 		t.Error("no image served below its grid quality: the refining encodes did nothing")
+	}
+}
+
+// TestAVIFStart: the AVIF search that starts where the image's lossy WebP
+// quality predicts (avifStart) finds the AVIF that the plain binary search
+// finds, byte for byte, with no more encodes, and with fewer on at least
+// one of these real photographs; a lossless WebP predicts nothing.
+func TestAVIFStart(t *testing.T) {
+	o := DefaultImageOptions()
+	fewer := 0
+	for _, name := range []string{"photo.jpg", "starfield.jpg", "progressive.jpg", "rotated.jpg"} {
+		in := readTestdata(t, name)
+		webp := Image(in, o)
+		if webp.Skip != "" || webp.Lossless || webp.ContentType != TypeWebP {
+			t.Fatalf("%s: webp skip %q lossless %v type %q: want a lossy WebP", name, webp.Skip, webp.Lossless, webp.ContentType)
+		}
+		got := AVIF(in, o, webp)
+		plain := targetSearch(in, o, avifCodec, len(webp.Body)-1, -1, TypeAVIF)
+		if got.Skip != plain.Skip || got.Quality != plain.Quality || !bytes.Equal(got.Body, plain.Body) {
+			t.Errorf("%s: from q%d: skip %q q%d %d bytes; binary search: skip %q q%d %d bytes", name, AVIFQualities[avifStart(webp.Quality)], got.Skip, got.Quality, len(got.Body), plain.Skip, plain.Quality, len(plain.Body))
+		}
+		if got.Encodes > plain.Encodes {
+			t.Errorf("%s: %d encodes from the prediction, %d by binary search", name, got.Encodes, plain.Encodes)
+		}
+		if got.Encodes < plain.Encodes {
+			fewer++
+		}
+		t.Logf("%s: WebP q%d predicts AVIF q%d; chosen q%d (%q), %d encodes against %d", name, webp.Quality, AVIFQualities[avifStart(webp.Quality)], got.Quality, got.Skip, got.Encodes, plain.Encodes)
+	}
+	if fewer == 0 {
+		t.Error("the prediction saved no encode on any image")
+	}
+	for q, want := range map[int]int{10: 10, 60: 50, 80: 60, 100: 75} {
+		if got := AVIFQualities[avifStart(q)]; got != want {
+			t.Errorf("avifStart(%d): q%d, want q%d", q, got, want)
+		}
 	}
 }
