@@ -27,8 +27,9 @@ const OptSuffix = "+opt"
 
 // WarmSuffix marks a mode whose sessions find Squid's cache filled by a
 // discarded pass over the pages in the same mode ("url+opt+warm"; with
-// +opt, two passes, each followed by a wait until the optimizer is idle:
-// the second stores what the first deferred); it comes last.
+// +opt, passes until one defers nothing for the next miss, each followed
+// by a wait until the optimizer is idle: each stores what the one before
+// deferred; at most MaxWarmPasses); it comes last.
 const WarmSuffix = "+warm"
 
 // HTTPSPrefix starts the name of url mode over the VIP's HTTPS origin

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"pep/internal/optimize"
 	"pep/testbed/report"
 )
 
@@ -23,6 +24,17 @@ type optCounts struct {
 	linkWaits   float64 // pep_optimize_link_waits_total
 	shortWaits  float64 // pep_optimize_link_short_waits_total
 	quick       float64 // pep_optimize_quick_total{outcome="served"}
+	avifPending float64 // pep_optimize_avif_total{outcome="pending"}
+	avifLate    float64 // pep_optimize_avif_total{outcome="late"}
+}
+
+// deferred is how many responses the optimizer served unstored with a
+// transform to come for the next miss (Pep-Deferred): skipped as deferred
+// or backlog, a quick WebP served while the search runs, an AVIF pending
+// or predicted late. A warm-up pass that deferred none left nothing for
+// another pass to store (prepareSession).
+func (c optCounts) deferred() float64 {
+	return c.skipped[optimize.SkipDeferred] + c.skipped[optimize.SkipBacklog] + c.quick + c.avifPending + c.avifLate
 }
 
 // optCounts reads pepd's optimizer counters from its /metrics.
@@ -40,6 +52,8 @@ func parseOptCounts(m string) (optCounts, error) {
 		"pep_optimize_link_waits_total":              &c.linkWaits,
 		"pep_optimize_link_short_waits_total":        &c.shortWaits,
 		`pep_optimize_quick_total{outcome="served"}`: &c.quick,
+		`pep_optimize_avif_total{outcome="pending"}`: &c.avifPending,
+		`pep_optimize_avif_total{outcome="late"}`:    &c.avifLate,
 	}
 	for _, l := range strings.Split(m, "\n") {
 		i := strings.LastIndexByte(l, ' ')

@@ -13,7 +13,10 @@ import (
 // (testdata/pepd-metrics.prom, saved by a session-13 campaign): the
 // transforms summed over transform and type, the skips by reason with the
 // reason that holds a space, neighbouring families ignored; a value that
-// is not a number is an error. creditOpt gives a load what changed.
+// is not a number is an error. creditOpt gives a load what changed, and
+// deferred counts what was served unstored for the next miss (deferred,
+// backlog, quick served, AVIF pending and late; not the quick WebP's
+// other outcomes nor AVIF served).
 func TestOptCounts(t *testing.T) {
 	b, err := os.ReadFile("testdata/pepd-metrics.prom")
 	if err != nil {
@@ -36,6 +39,14 @@ func TestOptCounts(t *testing.T) {
 	next, _ := parseOptCounts(strings.NewReplacer(`"deferred"} 31`, `"deferred"} 40`, `image/png"} 77`, `image/png"} 80`,
 		`pep_optimize_skipped_total{reason="animated"} 5`+"\n", "").Replace(string(b)) + "pep_optimize_link_waits_total 4\n" + "pep_optimize_link_short_waits_total 6\n" +
 		`pep_optimize_quick_total{outcome="served"} 2` + "\n" + `pep_optimize_quick_total{outcome="late"} 7` + "\n")
+	if d := c.deferred(); d != 31 {
+		t.Errorf("deferred %v in the saved metrics, want 31", d)
+	}
+	withAVIF, _ := parseOptCounts(string(b) + `pep_optimize_skipped_total{reason="backlog"} 3` + "\n" + `pep_optimize_quick_total{outcome="served"} 2` + "\n" +
+		`pep_optimize_avif_total{outcome="pending"} 4` + "\n" + `pep_optimize_avif_total{outcome="late"} 5` + "\n" + `pep_optimize_avif_total{outcome="served"} 70` + "\n")
+	if d := withAVIF.deferred() - c.deferred(); d != 3+2+4+5 {
+		t.Errorf("deferred grew by %v, want 14 (backlog 3, quick served 2, AVIF pending 4 and late 5)", d)
+	}
 	var r report.Record
 	creditOpt(&r, c, next)
 	if r.OptTransformed != 3 || !maps.Equal(r.OptSkipped, map[string]int{"deferred": 9}) || r.OptLinkWaits != 4 || r.OptLinkShortWaits != 6 || r.OptQuick != 2 {

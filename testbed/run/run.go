@@ -258,7 +258,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		rc.PrepareLink = e.prep.String()
 	}
 	rc.SquidCache = "cold: Squid restarted on an empty cache folder before every (mode, run) session"
-	warmFill := "Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session (in +opt modes, two passes, each followed by a wait until the optimizer has no transform waiting or running: the second pass stores what the first deferred for the next miss)"
+	warmFill := "Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session (in +opt modes, passes until one defers no transform for the next miss, at most 4, each followed by a wait until the optimizer has no transform waiting or running: each pass stores what the one before deferred)"
 	if c.Parallel > 1 {
 		warmFill += "; no testbed measured a load while another ran these passes or a hints teaching pass"
 	}
@@ -647,31 +647,46 @@ func (e *experiment) prepareSession(ctx context.Context, bed *Bed, s session, bo
 		}
 	}
 	if s.warm {
-		if err := warmUp(ctx, bopts, e.corp); err != nil {
-			return err
+		if _, opt := SplitMode(m); !opt {
+			return warmUp(ctx, bopts, e.corp)
 		}
-		if _, opt := SplitMode(m); opt {
-			// The first pass stored what the optimizer transformed
-			// within its deadline; what it deferred was served
-			// unstored and transformed behind the response. Once
-			// those transforms end, a second pass (a second
-			// subscriber) stores them: the cache a popular page has.
-			for pass := 1; pass <= 2; pass++ {
-				waited, err := bed.pep.waitOptIdle(ctx, e.c.optIdleMax())
-				if err != nil {
-					return err
-				}
-				s.logWith(bed.log).Info("warm: the optimizer finished the warm-up's transforms", "pass", pass, "waited", waited.Round(time.Millisecond))
-				if pass == 1 {
-					if err := warmUp(ctx, bopts, e.corp); err != nil {
-						return err
-					}
-				}
+		// A pass stores what the optimizer transformed within its
+		// deadline (or finished for an earlier pass); what it
+		// deferred was served unstored and transformed behind the
+		// response. Once those transforms end, the next pass (another
+		// subscriber) stores them; the passes end with one that
+		// deferred nothing: the cache a popular page has.
+		for pass := 1; ; pass++ {
+			before, err := bed.pep.optCounts()
+			if err != nil {
+				return err
+			}
+			if err := warmUp(ctx, bopts, e.corp); err != nil {
+				return err
+			}
+			after, err := bed.pep.optCounts()
+			if err != nil {
+				return err
+			}
+			waited, err := bed.pep.waitOptIdle(ctx, e.c.optIdleMax())
+			if err != nil {
+				return err
+			}
+			deferred := after.deferred() - before.deferred()
+			s.logWith(bed.log).Info("warm: the optimizer finished the warm-up's transforms", "pass", pass, "deferred", deferred, "waited", waited.Round(time.Millisecond))
+			if deferred == 0 || pass == MaxWarmPasses {
+				break
 			}
 		}
 	}
 	return nil
 }
+
+// MaxWarmPasses bounds the warm-up passes of a warm session of a +opt
+// mode: passes go on while the one before deferred transforms for the
+// next miss (prepareSession). Two were enough with WebP alone; with AVIF,
+// searches that a second pass's misses start are stored by a third.
+const MaxWarmPasses = 4
 
 // HARDir is the folder, relative to the run's output folder, of the HAR
 // files of one session: har/PROFILE/runN/MODE (names made safe for a
