@@ -258,7 +258,7 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		rc.PrepareLink = e.prep.String()
 	}
 	rc.SquidCache = "cold: Squid restarted on an empty cache folder before every (mode, run) session"
-	warmFill := "Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session (in +opt modes, passes until one defers no transform for the next miss, at most 4, each followed by a wait until the optimizer has no transform waiting or running: each pass stores what the one before deferred)"
+	warmFill := fmt.Sprintf("Squid restarted empty, then filled by a discarded pass over the pages in the same mode, before every session (in +opt modes, passes until one defers no transform for the next miss, at most %d, each followed by a wait until the optimizer has no transform waiting or running: each pass stores what the one before deferred)", MaxWarmPasses)
 	if c.Parallel > 1 {
 		warmFill += "; no testbed measured a load while another ran these passes or a hints teaching pass"
 	}
