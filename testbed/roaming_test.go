@@ -3,7 +3,6 @@ package testbed
 import (
 	"context"
 	"log/slog"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -33,14 +32,7 @@ const roamingBound = 20 * time.Second
 // shows that Chromium dropped its host cache on the network change
 // (NetworkChangeNotifier on netlink address events) and resolved again.
 func TestRoaming(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (namespaces, nftables, AF_PACKET): sudo go test -run TestRoaming ./testbed")
-	}
-	for _, b := range []string{"chromium", "squid", "dnsmasq", "nft", "ip", "ethtool"} {
-		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("needs %s (make deps): %v", b, err)
-		}
-	}
+	needTestbed(t)
 	bin := buildCommands(t)
 	for _, origins := range []string{"keep", "drop"} {
 		t.Run("dns.origins="+origins, func(t *testing.T) { roam(t, bin, origins) })

@@ -31,6 +31,31 @@ func tp5nPath() string {
 	return filepath.Join("..", "..", "shared", "corpus", "tp5n.tar.gz")
 }
 
+// needTestbed skips t unless the real testbed can run here: root
+// (namespaces, nftables, AF_PACKET) and the programs it starts.
+func needTestbed(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root (namespaces, nftables, AF_PACKET): sudo go test -run %s ./testbed", t.Name())
+	}
+	for _, b := range []string{"chromium", "squid", "dnsmasq", "nft", "ip", "ethtool"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Skipf("needs %s (make deps): %v", b, err)
+		}
+	}
+}
+
+// needTP5N returns the tp5n corpus's path (tp5nPath), or skips t when it
+// is not there.
+func needTP5N(t *testing.T) string {
+	t.Helper()
+	corpus := tp5nPath()
+	if _, err := os.Stat(corpus); err != nil {
+		t.Skipf("needs the tp5n corpus (set PEP_TP5N): %v", err)
+	}
+	return corpus
+}
+
 type tWriter struct{ t *testing.T }
 
 func (w tWriter) Write(p []byte) (int, error) {
@@ -62,18 +87,8 @@ func buildCommands(t *testing.T) string {
 // one) and there are fewer SYNs than in direct mode; in dns mode the
 // browser connects to the VIP; nothing of the run is left behind.
 func TestSmoke(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (namespaces, nftables, AF_PACKET): sudo go test -run TestSmoke ./testbed")
-	}
-	for _, b := range []string{"chromium", "squid", "dnsmasq", "nft", "ip", "ethtool"} {
-		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("needs %s (make deps): %v", b, err)
-		}
-	}
-	corpus := tp5nPath()
-	if _, err := os.Stat(corpus); err != nil {
-		t.Skipf("needs the tp5n corpus (set PEP_TP5N): %v", err)
-	}
+	needTestbed(t)
+	corpus := needTP5N(t)
 	c := run.Default()
 	c.Corpus = corpus
 	c.Pages = smokePages

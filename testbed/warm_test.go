@@ -6,32 +6,12 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"os"
-	"os/exec"
-	"sync"
 	"testing"
 	"time"
 
+	"pep/internal/testenv"
 	"pep/testbed/run"
 )
-
-// syncBuffer is a bytes.Buffer the testbeds' goroutines may write to at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestWarmPasses runs the real testbed (namespaces, Squid, pepd, Chromium)
 // over one tp5n page in url+opt+warm with pepd's optimizer deadline at
@@ -41,20 +21,9 @@ func (s *syncBuffer) String() string {
 // and the measured load finds every transform stored (no response of it
 // deferred: a miss would be, at 1 ms).
 func TestWarmPasses(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (namespaces, nftables, AF_PACKET): sudo go test -run TestWarmPasses ./testbed")
-	}
-	for _, b := range []string{"chromium", "squid", "dnsmasq", "nft", "ip", "ethtool"} {
-		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("needs %s (make deps): %v", b, err)
-		}
-	}
-	corpus := tp5nPath()
-	if _, err := os.Stat(corpus); err != nil {
-		t.Skipf("needs the tp5n corpus (set PEP_TP5N): %v", err)
-	}
+	needTestbed(t)
 	c := run.Default()
-	c.Corpus = corpus
+	c.Corpus = needTP5N(t)
 	c.Pages = "whois.domaintools.com"
 	c.Profiles = []string{"fast"}
 	c.Modes = []string{"url+opt+warm"}
@@ -63,7 +32,7 @@ func TestWarmPasses(t *testing.T) {
 	c.Bin = buildCommands(t)
 	c.PageTimeout = time.Minute
 	c.Pepd = []run.PepdSetting{{Key: "optimize.deadline", Value: "1ms"}}
-	var logs syncBuffer
+	var logs testenv.Buffer
 	log := slog.New(slog.NewJSONHandler(io.MultiWriter(&logs, tWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	res, err := run.Run(context.Background(), c, log, nil)
 	if err != nil {
