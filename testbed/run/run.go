@@ -656,11 +656,14 @@ func (e *experiment) prepareSession(ctx context.Context, bed *Bed, s session, bo
 		// response. Once those transforms end, the next pass (another
 		// subscriber) stores them; the passes end with one that
 		// deferred nothing: the cache a popular page has.
+		// Nothing is served between one pass's end and the next's
+		// start, so one read of the counters ends a pass and begins
+		// the next.
+		before, err := bed.pep.optCounts()
+		if err != nil {
+			return err
+		}
 		for pass := 1; ; pass++ {
-			before, err := bed.pep.optCounts()
-			if err != nil {
-				return err
-			}
 			if err := warmUp(ctx, bopts, e.corp); err != nil {
 				return err
 			}
@@ -673,6 +676,7 @@ func (e *experiment) prepareSession(ctx context.Context, bed *Bed, s session, bo
 				return err
 			}
 			deferred := after.deferred() - before.deferred()
+			before = after
 			s.logWith(bed.log).Info("warm: the optimizer finished the warm-up's transforms", "pass", pass, "deferred", deferred, "waited", waited.Round(time.Millisecond))
 			if deferred == 0 || pass == MaxWarmPasses {
 				break
