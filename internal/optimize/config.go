@@ -104,6 +104,12 @@ type Config struct {
 	// ResultBytes bounds the finished transforms pepd keeps for the next
 	// miss of their object. Default DefaultResultBytes (64MiB).
 	ResultBytes field.ByteSize `yaml:"result_bytes"`
+	// ResultsDir keeps the finished transforms on disk too (one file
+	// each, under a subfolder named after the settings that decide their
+	// output), read on a miss after memory: a restarted pepd does not
+	// repeat its searches. Not bounded; DELETE /optimize/results leaves
+	// it. Default "" (memory only).
+	ResultsDir string `yaml:"results_dir"`
 	// ExcludeFile lists sites never transformed, one host name per line
 	// (subdomains included; LoadSites); re-read on SIGHUP. Default none.
 	ExcludeFile string `yaml:"exclude_file"`
@@ -174,7 +180,7 @@ func (c Config) Options() Options {
 			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
 		BrotliQuality: c.BrotliQuality,
 		MaxBodyBytes:  int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline, LinkDeadline: c.LinkDeadline, LinkFloor: c.LinkFloor,
-		DeferLate: !c.DeferEarly, ByArrival: c.Order == "arrival", ResultBytes: int64(c.ResultBytes),
+		DeferLate: !c.DeferEarly, ByArrival: c.Order == "arrival", ResultBytes: int64(c.ResultBytes), ResultsDir: c.ResultsDir,
 		AVIF: AVIFOptions{Enabled: c.AVIF, Workers: c.AVIFWorkers, Queue: c.AVIFQueue},
 	}
 	if c.SSIMTarget > 0 {

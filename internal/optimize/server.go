@@ -171,6 +171,12 @@ type Options struct {
 	// ResultBytes bounds the finished transforms kept for the next miss of
 	// their object, in bytes (zero: DefaultResultBytes).
 	ResultBytes int64
+	// ResultsDir, when set, keeps the finished transforms on disk too, in
+	// a subfolder named after the settings that decide their output, and
+	// a miss looks there after memory (results): a restart, or another
+	// Server sharing the folder, does not repeat them. Not bounded;
+	// ResetResults leaves it. "" (the default): memory only.
+	ResultsDir string
 	// AVIF serves AVIF to requests whose Accept names image/avif (config
 	// optimize.avif, optimize.avif_workers, optimize.avif_queue).
 	AVIF AVIFOptions
@@ -300,7 +306,14 @@ func New(o Options) (*Server, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, results: newResults(o.ResultBytes), links: map[string]int64{},
+	res := newResults(o.ResultBytes)
+	if o.ResultsDir != "" {
+		var err error
+		if res, err = res.withDir(o.ResultsDir, o, o.Log); err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{o: o, results: res, links: map[string]int64{},
 		webp:      newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("webp"))),
 		text:      newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("gzip"))),
 		quickPool: newWorkPool(o.Workers, o.Queue, o.ByArrival, o.Metrics.queueDepth, o.Metrics.running, newBacklog(o.Workers, o.Metrics.backlogSeconds("quick"))),
@@ -600,7 +613,8 @@ func (s *Server) modify(resp *http.Response) error {
 // their object (Options.ResultBytes), so that the next miss of every
 // object transforms again: a cold start without a restart (pepd's
 // DELETE /optimize/results; the testbed's cold cache). Transforms running
-// now still keep their results when they finish.
+// now still keep their results when they finish. The files in
+// Options.ResultsDir stay.
 func (s *Server) ResetResults() { s.results.reset() }
 
 // transformResult is what one (shared) transform returns.

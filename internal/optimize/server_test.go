@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -619,4 +620,75 @@ func TestServerText(t *testing.T) {
 			t.Fatalf("origin's gzip: Content-Encoding %q, want gzip of the script", resp.Header.Get("Content-Encoding"))
 		}
 	})
+}
+
+// TestServerResultsDir: with Options.ResultsDir, a second Server sharing
+// the folder (pepd restarted) answers its first miss of a real photo
+// (photo.jpg, a request that accepts AVIF) with the first Server's AVIF,
+// byte for byte, from the folder: the WebP and the AVIF counted reused,
+// none searched. A Server whose settings change the output (Brotli's
+// quality here) uses a subfolder of its own and searches again; a kept
+// file that does not decode is a miss (the search runs, its result
+// replaces the file), never an error to the client.
+func TestServerResultsDir(t *testing.T) {
+	photo := readTestdata(t, "photo.jpg")
+	handlers := map[string]http.HandlerFunc{"/photo.jpg": serveBytes(TypeJPEG, photo, "Cache-Control", "max-age=3600")}
+	dir := t.TempDir()
+	o := Options{ResultsDir: dir, Deadline: testenv.Scale(time.Minute), AVIF: AVIFOptions{Enabled: true}}
+	reused := func(w *serverWorld, tr string) float64 { return testutil.ToFloat64(w.m.reuse.WithLabelValues(tr)) }
+	serve := func(w *serverWorld, what string) []byte {
+		t.Helper()
+		resp, b, err := w.get(t, "/photo.jpg")
+		if err != nil || resp.Header.Get("Content-Type") != TypeAVIF || len(b) >= len(photo) {
+			t.Fatalf("%s: %v %v, want the AVIF", what, resp, err)
+		}
+		return b
+	}
+	first := serve(startServerWorld(t, o, handlers), "first Server")
+	subs, err := os.ReadDir(dir)
+	if err != nil || len(subs) != 1 {
+		t.Fatalf("results_dir holds %v (%v), want one settings subfolder", subs, err)
+	}
+	sub := filepath.Join(dir, subs[0].Name())
+	files, _ := os.ReadDir(sub)
+	if len(files) != 2 {
+		t.Fatalf("%d kept files, want 2 (the WebP and the AVIF)", len(files))
+	}
+
+	w := startServerWorld(t, o, handlers)
+	if got := serve(w, "restarted Server"); !bytes.Equal(got, first) {
+		t.Errorf("restarted Server: %d bytes differ from the first Server's %d", len(got), len(first))
+	}
+	if rw, ra := reused(w, "webp"), reused(w, "avif"); rw != 1 || ra != 1 {
+		t.Errorf("restarted Server reused webp %v, avif %v; want 1, 1 (nothing searched)", rw, ra)
+	}
+
+	other := o
+	other.BrotliQuality = DefaultBrotliQuality - 1
+	w = startServerWorld(t, other, handlers)
+	serve(w, "other settings")
+	if rw, ra := reused(w, "webp"), reused(w, "avif"); rw != 0 || ra != 0 {
+		t.Errorf("other settings reused webp %v, avif %v; want 0, 0", rw, ra)
+	}
+	if subs, _ := os.ReadDir(dir); len(subs) != 2 {
+		t.Errorf("results_dir holds %d subfolders after other settings, want 2", len(subs))
+	}
+
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(sub, f.Name()), []byte("not gob"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w = startServerWorld(t, o, handlers)
+	if got := serve(w, "corrupt files"); !bytes.Equal(got, first) {
+		t.Errorf("corrupt files: the search's %d bytes differ from the first's %d", len(got), len(first))
+	}
+	if rw, ra := reused(w, "webp"), reused(w, "avif"); rw != 0 || ra != 0 {
+		t.Errorf("corrupt files reused webp %v, avif %v; want 0, 0", rw, ra)
+	}
+	w = startServerWorld(t, o, handlers)
+	serve(w, "after the files were replaced")
+	if rw, ra := reused(w, "webp"), reused(w, "avif"); rw != 1 || ra != 1 {
+		t.Errorf("after the files were replaced: reused webp %v, avif %v; want 1, 1", rw, ra)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -354,6 +355,9 @@ func (c Config) Validate() error {
 		}
 		seen[m] = true
 	}
+	if err := c.checkResultsDir(); err != nil {
+		return err
+	}
 	if c.Runs < 1 {
 		return fmt.Errorf("run: runs: %d, want at least 1", c.Runs)
 	}
@@ -368,6 +372,38 @@ func (c Config) Validate() error {
 	}
 	if c.Parallel < 1 {
 		return fmt.Errorf("run: parallel: %d, want at least 1", c.Parallel)
+	}
+	return nil
+}
+
+// ResultsDirKey is pepd's setting that keeps the optimizer's finished
+// transforms on disk (optimize.results_dir): given to every testbed of a
+// campaign (-pepd), the later runs' warm-up passes find the searches of
+// the earlier ones (testbed/README.md, "Keeping the optimizer's results
+// across runs").
+const ResultsDirKey = "optimize.results_dir"
+
+// checkResultsDir refuses ResultsDirKey where it would change what is
+// measured: with a +opt mode measured on a cold cache (the kept results
+// would answer its misses at once), or as a relative path (pepd runs in
+// the gateway's namespace, from another folder).
+func (c Config) checkResultsDir() error {
+	dir := ""
+	for _, s := range c.Pepd {
+		if s.Key == ResultsDirKey {
+			dir = s.Value
+		}
+	}
+	if dir == "" {
+		return nil
+	}
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("run: -pepd %s=%s: want an absolute path", ResultsDirKey, dir)
+	}
+	for _, m := range c.Modes {
+		if _, opt := SplitMode(m); opt && NeedsPEP(m) && !c.warmSession(m) {
+			return fmt.Errorf("run: -pepd %s=%s: mode %q measures a cold cache, whose misses the kept results would answer at once; use it with -warm or %s modes only", ResultsDirKey, dir, m, WarmSuffix)
+		}
 	}
 	return nil
 }

@@ -40,6 +40,21 @@ func TestValidate(t *testing.T) {
 		{"no profile", func(c *Config) { c.Profiles = nil }, "run: profile: none given"},
 		{"bad resolver", func(c *Config) { c.Resolver = "glibc" }, `run: browser: resolver "glibc": want builtin or system`},
 		{"no parallel", func(c *Config) { c.Parallel = 0 }, "run: parallel: 0, want at least 1"},
+		{"results dir, warm", func(c *Config) {
+			c.Modes, c.Warm, c.Pepd = []string{"direct", "url+opt"}, true, []PepdSetting{{ResultsDirKey, "/var/tmp/opt"}}
+		}, ""},
+		{"results dir, +warm modes", func(c *Config) {
+			c.Modes, c.Pepd = []string{"direct", "url", "url+opt+warm"}, []PepdSetting{{ResultsDirKey, "/var/tmp/opt"}}
+		}, ""},
+		{"results dir, cold", func(c *Config) {
+			c.Modes, c.Pepd = []string{"direct", "url+opt+warm", "url+opt"}, []PepdSetting{{ResultsDirKey, "/var/tmp/opt"}}
+		}, `run: -pepd optimize.results_dir=/var/tmp/opt: mode "url+opt" measures a cold cache, whose misses the kept results would answer at once; use it with -warm or +warm modes only`},
+		{"results dir, relative", func(c *Config) {
+			c.Warm, c.Pepd = true, []PepdSetting{{ResultsDirKey, "opt"}}
+		}, "run: -pepd optimize.results_dir=opt: want an absolute path"},
+		{"results dir, set back to none", func(c *Config) {
+			c.Modes, c.Pepd = []string{"url+opt"}, []PepdSetting{{ResultsDirKey, "/var/tmp/opt"}, {ResultsDirKey, ""}}
+		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
