@@ -107,9 +107,13 @@ type Config struct {
 	// ResultsDir keeps the finished transforms on disk too (one file
 	// each, under a subfolder named after the settings that decide their
 	// output), read on a miss after memory: a restarted pepd does not
-	// repeat its searches. Not bounded; DELETE /optimize/results leaves
-	// it. Default "" (memory only).
+	// repeat its searches. DELETE /optimize/results leaves it. Default ""
+	// (memory only).
 	ResultsDir string `yaml:"results_dir"`
+	// ResultsDirBytes bounds results_dir, every subfolder included: the
+	// files least recently stored or read go first. Default
+	// DefaultResultsDirBytes (1GiB).
+	ResultsDirBytes field.ByteSize `yaml:"results_dir_bytes"`
 	// ExcludeFile lists sites never transformed, one host name per line
 	// (subdomains included; LoadSites); re-read on SIGHUP. Default none.
 	ExcludeFile string `yaml:"exclude_file"`
@@ -132,7 +136,7 @@ func DefaultConfig() Config {
 	im := DefaultImageOptions()
 	return Config{Listen: "127.0.0.1:3131", SSIMTarget: im.Target, SSIMTileFloor: im.TileFloor, SSIMRefine: im.Refine, Quality: im.Quality,
 		BrotliQuality: DefaultBrotliQuality, MaxPixels: im.MaxPixels, MinSaving: im.MinSaving, MaxBodyBytes: 8 << 20, QueueBytes: DefaultQueueBytes, Deadline: DefaultDeadline,
-		DeferEarly: true, QuickQuality: DefaultQuickQuality, Order: "arrival", ResultBytes: DefaultResultBytes}
+		DeferEarly: true, QuickQuality: DefaultQuickQuality, Order: "arrival", ResultBytes: DefaultResultBytes, ResultsDirBytes: DefaultResultsDirBytes}
 }
 
 // Validate returns the first invalid field as a *field.Error whose path
@@ -158,6 +162,7 @@ func (c Config) Validate() error {
 		field.Check(c.LinkFloor < 0, "link_floor", "%v must not be negative", c.LinkFloor),
 		field.Check(c.Order != "urgency" && c.Order != "arrival", "order", "%q: want urgency or arrival", c.Order),
 		field.Check(c.ResultBytes < 0, "result_bytes", "%d must not be negative", c.ResultBytes),
+		field.Check(c.ResultsDirBytes < 0, "results_dir_bytes", "%d must not be negative", c.ResultsDirBytes),
 		field.Check(c.AVIF && c.SSIMTarget == 0, "avif", "needs optimize.ssim_target above 0 (AVIF is chosen by the SSIM target)"),
 		field.Check(c.AVIFWorkers < 0 || c.AVIFQueue < 0, "avif_workers", "avif_workers and avif_queue must not be negative"),
 	); err != nil {
@@ -180,7 +185,7 @@ func (c Config) Options() Options {
 			MaxPixels: c.MaxPixels, MinSaving: c.MinSaving},
 		BrotliQuality: c.BrotliQuality,
 		MaxBodyBytes:  int64(c.MaxBodyBytes), Workers: c.Workers, Queue: c.Queue, QueueBytes: int64(c.QueueBytes), Deadline: c.Deadline, LinkDeadline: c.LinkDeadline, LinkFloor: c.LinkFloor,
-		DeferLate: !c.DeferEarly, ByArrival: c.Order == "arrival", ResultBytes: int64(c.ResultBytes), ResultsDir: c.ResultsDir,
+		DeferLate: !c.DeferEarly, ByArrival: c.Order == "arrival", ResultBytes: int64(c.ResultBytes), ResultsDir: c.ResultsDir, ResultsDirBytes: int64(c.ResultsDirBytes),
 		AVIF: AVIFOptions{Enabled: c.AVIF, Workers: c.AVIFWorkers, Queue: c.AVIFQueue},
 	}
 	if c.SSIMTarget > 0 {

@@ -1,18 +1,8 @@
 package optimize
 
 import (
-	"bytes"
 	"container/list"
-	"crypto/sha256"
-	"encoding/gob"
-	"encoding/hex"
-	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
-
-	"github.com/davidbyttow/govips/v2/vips"
 )
 
 // results keeps finished transforms for the next miss of their object: a
@@ -26,22 +16,16 @@ import (
 // cost, so that they are not tried again; overload is not (it is not a
 // property of the body). Safe for concurrent use.
 //
-// With a folder (Options.ResultsDir), every kept entry is also written
-// there, one file per key, and a key missing from memory is looked for
-// there: a restarted pepd, or another one sharing the folder, does not
-// repeat a transform (an AVIF search costs about 0.75 s of CPU per image
-// on the testbed's 2 cores). The files live in a subfolder named after
-// the settings that decide a transform's output (resultsFingerprint), so
-// results made under other settings are never served. The folder is not
-// bounded and reset leaves it: removing it forgets them.
+// With a folder (Options.ResultsDir, keptDir), every kept entry is also
+// written there and a key missing from memory is looked for there; reset
+// leaves the folder.
 type results struct {
 	mu    sync.Mutex
 	max   int64
 	bytes int64
 	ll    *list.List               // of *resultEntry, most recent first
 	m     map[string]*list.Element // key: transform + body SHA-256
-	dir   string                   // "" or the folder of the kept files
-	log   *slog.Logger             // a file that cannot be written or read
+	disk  *keptDir                 // nil: memory only
 }
 
 type resultEntry struct {
@@ -57,37 +41,7 @@ const entryOverhead = 200
 func cost(r transformResult) int64 { return int64(len(r.out)) + entryOverhead }
 
 func newResults(max int64) *results {
-	return &results{max: max, ll: list.New(), m: map[string]*list.Element{}, log: slog.New(slog.DiscardHandler)}
-}
-
-// withDir adds the folder tier under dir (resultsFingerprint(o) names
-// its subfolder, created here); errors are the folder's.
-func (c *results) withDir(dir string, o Options, log *slog.Logger) (*results, error) {
-	c.dir, c.log = filepath.Join(dir, resultsFingerprint(o)), log
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("optimize: results_dir: %w", err)
-	}
-	return c, nil
-}
-
-// resultsFormat is the kept files' format and the transforms' code
-// generation: raise it when a change to the transforms changes their
-// output for the same settings, so that older files are not served.
-const resultsFormat = 1
-
-// resultsFingerprint is 16 hex digits of the SHA-256 of what decides a
-// transform's output besides the body: the image options, Brotli's
-// quality, the body bound, libvips' version and resultsFormat.
-func resultsFingerprint(o Options) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%d|%+v|%d|%d|%s", resultsFormat, o.Image, o.BrotliQuality, o.MaxBodyBytes, vips.Version))
-	return hex.EncodeToString(sum[:8])
-}
-
-// keptFile is one kept entry in the folder (encoding/gob).
-type keptFile struct {
-	Out         []byte
-	ContentType string
-	Skip        string
+	return &results{max: max, ll: list.New(), m: map[string]*list.Element{}}
 }
 
 func (c *results) get(key string) (transformResult, bool) {
@@ -100,29 +54,14 @@ func (c *results) get(key string) (transformResult, bool) {
 		return r, true
 	}
 	c.mu.Unlock()
-	if c.dir == "" {
+	if c.disk == nil {
 		return transformResult{}, false
 	}
-	b, err := os.ReadFile(c.file(key))
-	if err != nil {
-		if !os.IsNotExist(err) {
-			c.log.Warn("optimize: a kept result cannot be read", "err", err)
-		}
-		return transformResult{}, false
+	r, ok := c.disk.load(key)
+	if ok {
+		c.keep(key, r)
 	}
-	var f keptFile
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&f); err != nil {
-		c.log.Warn("optimize: a kept result cannot be decoded", "file", c.file(key), "err", err)
-		return transformResult{}, false
-	}
-	r := transformResult{out: f.Out, ctype: f.ContentType, skip: f.Skip}
-	c.keep(key, r)
-	return r, true
-}
-
-// file is key's file in the folder: the key in hex.
-func (c *results) file(key string) string {
-	return filepath.Join(c.dir, hex.EncodeToString([]byte(key)))
+	return r, ok
 }
 
 func (c *results) put(key string, r transformResult) {
@@ -130,30 +69,8 @@ func (c *results) put(key string, r transformResult) {
 		return
 	}
 	c.keep(key, r)
-	if c.dir == "" {
-		return
-	}
-	var b bytes.Buffer
-	if err := gob.NewEncoder(&b).Encode(keptFile{Out: r.out, ContentType: r.ctype, Skip: r.skip}); err != nil {
-		c.log.Warn("optimize: a result cannot be encoded", "err", err)
-		return
-	}
-	// Written whole, then renamed: a reader never sees half a file.
-	tmp, err := os.CreateTemp(c.dir, ".tmp-*")
-	if err == nil {
-		_, err = tmp.Write(b.Bytes())
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), c.file(key))
-		}
-		if err != nil {
-			os.Remove(tmp.Name())
-		}
-	}
-	if err != nil {
-		c.log.Warn("optimize: a result cannot be kept in results_dir", "err", err)
+	if c.disk != nil {
+		c.disk.store(key, r)
 	}
 }
 
