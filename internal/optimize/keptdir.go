@@ -201,12 +201,14 @@ func (d *keptDir) evict() {
 		}
 		d.log.Info("optimize: results_dir past its bound: the oldest files removed", "removed", removed, "bytes", total, "max", d.max)
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.evicting = false
 	if err != nil {
 		d.log.Warn("optimize: results_dir cannot be bounded", "err", err)
+		return // the count stays this process's: the walk's may be partial
 	}
-	d.mu.Lock()
-	d.bytes, d.evicting = total, false
-	d.mu.Unlock()
+	d.bytes = total
 }
 
 // size returns the files' bytes as this process counts them.
