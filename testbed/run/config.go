@@ -15,6 +15,8 @@ import (
 	"pep/netem"
 	"pep/testbed/browser"
 	"pep/testbed/origin"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Modes the runner knows, in the seed paper's order (direct is its NULL).
@@ -386,14 +388,24 @@ const ResultsDirKey = "optimize.results_dir"
 // checkResultsDir refuses ResultsDirKey where it would change what is
 // measured: with a +opt mode measured on a cold cache (the kept results
 // would answer its misses at once), or as a relative path (pepd runs in
-// the gateway's namespace, from another folder).
+// the gateway's namespace, from another folder). The folder is read as
+// pepd will read it: the -pepd settings written in order (setPepd: YAML
+// values, a later setting winning); settings that do not make a pepd.yaml
+// are pepd's loader's to report (ValidatePepd).
 func (c Config) checkResultsDir() error {
-	dir := ""
-	for _, s := range c.Pepd {
-		if s.Key == ResultsDirKey {
-			dir = s.Value
-		}
+	doc, err := setPepd([]byte("{}"), c.Pepd)
+	if err != nil {
+		return nil
 	}
+	var set struct {
+		Optimize struct {
+			ResultsDir string `yaml:"results_dir"`
+		} `yaml:"optimize"`
+	}
+	if yaml.Unmarshal(doc, &set) != nil {
+		return nil
+	}
+	dir := set.Optimize.ResultsDir
 	if dir == "" {
 		return nil
 	}

@@ -52,6 +52,9 @@ func TestValidate(t *testing.T) {
 		{"results dir, relative", func(c *Config) {
 			c.Warm, c.Pepd = true, []PepdSetting{{ResultsDirKey, "opt"}}
 		}, "run: -pepd optimize.results_dir=opt: want an absolute path"},
+		{"results dir, a quoted YAML value", func(c *Config) {
+			c.Modes, c.Pepd = []string{"url+opt"}, []PepdSetting{{ResultsDirKey, `"/var/tmp/opt"`}}
+		}, `run: -pepd optimize.results_dir=/var/tmp/opt: mode "url+opt" measures a cold cache, whose misses the kept results would answer at once; use it with -warm or +warm modes only`},
 		{"results dir, set back to none", func(c *Config) {
 			c.Modes, c.Pepd = []string{"url+opt"}, []PepdSetting{{ResultsDirKey, "/var/tmp/opt"}, {ResultsDirKey, ""}}
 		}, ""},
