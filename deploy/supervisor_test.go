@@ -180,6 +180,33 @@ func (u *unit) once(msgs <-chan ucredMsg) exitInfo {
 	var armed time.Time // when wdTimer was last (re)armed: READY=1 or WATCHDOG=1
 	fired := false
 	var killAt <-chan time.Time
+	handle := func(m ucredMsg) {
+		if m.pid != pid { // NotifyAccess=main
+			return
+		}
+		for _, line := range strings.Split(m.text, "\n") {
+			switch line {
+			case "READY=1":
+				u.log("ready", pid, "")
+				select {
+				case u.readyC <- pid:
+				default:
+				}
+				armed = time.Now()
+				wdTimer = time.NewTimer(u.watchdog)
+				wd = wdTimer.C
+			case "WATCHDOG=1":
+				if wdTimer != nil && !fired {
+					armed = time.Now()
+					wdTimer.Reset(u.watchdog)
+				}
+			case "WATCHDOG=trigger":
+				if wdTimer != nil && !fired {
+					wdTimer.Reset(0)
+				}
+			}
+		}
+	}
 	for {
 		select {
 		case m, ok := <-msgs:
@@ -187,31 +214,7 @@ func (u *unit) once(msgs <-chan ucredMsg) exitInfo {
 				msgs = nil
 				continue
 			}
-			if m.pid != pid { // NotifyAccess=main
-				continue
-			}
-			for _, line := range strings.Split(m.text, "\n") {
-				switch line {
-				case "READY=1":
-					u.log("ready", pid, "")
-					select {
-					case u.readyC <- pid:
-					default:
-					}
-					armed = time.Now()
-					wdTimer = time.NewTimer(u.watchdog)
-					wd = wdTimer.C
-				case "WATCHDOG=1":
-					if wdTimer != nil && !fired {
-						armed = time.Now()
-						wdTimer.Reset(u.watchdog)
-					}
-				case "WATCHDOG=trigger":
-					if wdTimer != nil && !fired {
-						wdTimer.Reset(0)
-					}
-				}
-			}
+			handle(m)
 		case <-wd:
 			fired, wd = true, nil
 			u.logArmed("watchdog", pid, fmt.Sprintf("timeout (limit %s), SIGABRT then SIGCONT", u.watchdog), armed)
@@ -222,6 +225,10 @@ func (u *unit) once(msgs <-chan ucredMsg) exitInfo {
 			u.log("kill", pid, "TimeoutAbortSec passed: SIGKILL")
 			syscall.Kill(pid, syscall.SIGKILL)
 		case err := <-exited:
+			// What the service sent before it exited is handled first
+			// (systemd reads the notify socket before SIGCHLD): a READY=1
+			// followed at once by exit(0) must not be lost to this select.
+			u.drain(msgs, handle)
 			if wdTimer != nil {
 				wdTimer.Stop()
 			}
@@ -236,6 +243,40 @@ func (u *unit) once(msgs <-chan ucredMsg) exitInfo {
 
 // cleanExit says whether systemd counts the exit as success for
 // Restart=on-failure: status 0 or one of the clean signals.
+// drain hands to handle every notify message the socket holds, up to a
+// barrier datagram the harness sends itself now: unix datagrams are
+// delivered in order, so every message the exited service sent comes
+// before it (the idea of sd_notify_barrier(3)). Gives up after 5s.
+func (u *unit) drain(msgs <-chan ucredMsg, handle func(ucredMsg)) {
+	if msgs == nil {
+		return
+	}
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: u.path, Net: "unixgram"})
+	if err != nil {
+		u.t.Errorf("unit: barrier: %v", err)
+		return
+	}
+	defer c.Close()
+	barrier := fmt.Sprintf("BARRIER=%d", time.Now().UnixNano())
+	if _, err := c.Write([]byte(barrier)); err != nil {
+		u.t.Errorf("unit: barrier: %v", err)
+		return
+	}
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok || m.text == barrier {
+				return
+			}
+			handle(m)
+		case <-timeout:
+			u.t.Errorf("unit: barrier %s not read back in 5s", barrier)
+			return
+		}
+	}
+}
+
 func cleanExit(err error) bool {
 	if err == nil {
 		return true

@@ -26,12 +26,17 @@ import (
 	"pep/internal/viptls/viptlstest"
 )
 
-// freeUDPPort returns a 127.0.0.1 port free for both UDP and TCP.
-func freeUDPPort(t *testing.T) string {
-	return fmt.Sprintf("127.0.0.1:%d", dnsmasqtest.FreePort(t))
-}
+// freeUDPPort returns an address free for both UDP and TCP, for pepd's
+// DNS listener.
+func freeUDPPort(t *testing.T) string { return testenv.FreeAddr(t) }
 
-func freePort(t *testing.T) string {
+// freePort returns an address free for TCP (and UDP), for pepd to bind.
+func freePort(t *testing.T) string { return testenv.FreeAddr(t) }
+
+// freeVIPPort returns a free TCP port of 127.0.0.1, the VIP of the tests'
+// configs: pepd's TLS listener serves only connections to the VIP itself
+// (others are spliced to their original destination).
+func freeVIPPort(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -445,7 +450,7 @@ func TestVIPCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, httpAddr, tlsAddr := freePort(t), freePort(t), freePort(t)
+	admin, httpAddr, tlsAddr := freePort(t), freePort(t), freeVIPPort(t)
 	cfgFile := filepath.Join(dir, "pepd.yaml")
 	writeCfg := func(key string) {
 		cfg := "mode: url\nvip: 127.0.0.1\nsubscribers: [127.0.0.0/8]\nresolvers: [" + resolver + "]\nsquid: 127.0.0.1:3128\n" +

@@ -48,19 +48,7 @@ func startProxy(t testing.TB, o Options) (*Proxy, string, *prometheus.Registry) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pc net.PacketConn
-	var ln net.Listener
-	for range 50 {
-		pc, err = net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err = net.Listen("tcp", pc.LocalAddr().String())
-		if err == nil {
-			break
-		}
-		pc.Close()
-	}
+	pc, ln, err := testenv.ListenDNS("127.0.0.1", "0")
 	if err != nil {
 		t.Fatal(err)
 	}

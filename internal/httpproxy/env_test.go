@@ -82,15 +82,11 @@ func startDNS(t testing.TB, records map[string]string) *dnsServer {
 		rand.Read(b)
 		ip, port = fmt.Sprintf("127.%d.%d.53", 100+b[0]%100, b[1]), "53"
 	}
-	pc, err := net.ListenPacket("udp", net.JoinHostPort(ip, port))
+	pc, l, err := testenv.ListenDNS(ip, port)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, port, _ = net.SplitHostPort(pc.LocalAddr().String())
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, port))
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &dnsServer{Addr: net.JoinHostPort(ip, port), IP: ip}
 	started := make(chan struct{}, 2)
 	s.udp = &dns.Server{PacketConn: pc, Handler: h, NotifyStartedFunc: func() { started <- struct{}{} }}

@@ -16,6 +16,7 @@ import (
 	"pep/internal/dnsproxy/dnsmasqtest"
 	"pep/internal/httpproxy"
 	"pep/internal/intercept/nstest"
+	"pep/internal/testenv"
 )
 
 // carrier is a real dnsmasq standing for the carrier resolver, logging
@@ -49,19 +50,15 @@ func serveIn(t *testing.T, in func(func() error) error, addr, resolver string) (
 	s := New(func() *httpproxy.Resolver { return res }, up, 3*time.Second, nil)
 	var pc net.PacketConn
 	var ln net.Listener
-	host, _, _ := net.SplitHostPort(addr)
-	var port string
+	host, port, _ := net.SplitHostPort(addr)
 	if err := in(func() error {
 		var err error
-		if pc, err = net.ListenPacket("udp", addr); err != nil {
-			return err
-		}
-		_, port, _ = net.SplitHostPort(pc.LocalAddr().String())
-		ln, err = net.Listen("tcp", net.JoinHostPort(host, port))
+		pc, ln, err = testenv.ListenDNS(host, port)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
+	_, port, _ = net.SplitHostPort(pc.LocalAddr().String())
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: s}, {Listener: ln, Handler: s}} {
 		go srv.ActivateAndServe()
 		t.Cleanup(func() { srv.Shutdown() })

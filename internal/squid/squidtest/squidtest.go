@@ -24,7 +24,7 @@ import (
 
 // Squid is a running Squid.
 type Squid struct {
-	// Addr is its port for pepd, 127.0.0.1:port (Conf.Listen).
+	// Addr is its address for pepd, 127.A.B.C:port (Conf.Listen).
 	Addr string
 	// LogDir holds access.log and cache.log (and the rendered squid.conf).
 	LogDir string
@@ -38,7 +38,7 @@ type Squid struct {
 var seq atomic.Int32
 
 // Start renders configs/squid.conf with c and extra lines appended, and
-// runs Squid until t ends. It fills in c's Listen (a free loopback port),
+// runs Squid until t ends. It fills in c's Listen (a free loopback address, testenv.FreeAddr),
 // CacheDir, LogDir and PidFile (a temporary folder), CacheDirMB and
 // CacheMemMB (dirMB, memMB: megabytes), ShutdownSeconds (0), and User
 // ("proxy" when empty). It returns once Squid accepts on Addr (30 s at
@@ -59,12 +59,10 @@ func Start(t testing.TB, c squid.Conf, extra string, dirMB, memMB int) *Squid {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755) // Squid's user must get through to its folders
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Listen = l.Addr().String()
-	l.Close()
+	// An address of its own (testenv.FreeAddr), not a port of 127.0.0.1:
+	// Squid binds it a second later, after squid -z, and a port of
+	// 127.0.0.1 may be some loopback connection's local port by then.
+	c.Listen = testenv.FreeAddr(t)
 	c.CacheDir, c.LogDir, c.PidFile = filepath.Join(dir, "cache"), dir, filepath.Join(dir, "squid.pid")
 	c.CacheDirMB, c.CacheMemMB, c.ShutdownSeconds = dirMB, memMB, 0
 	if c.User == "" {
