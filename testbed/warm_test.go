@@ -21,16 +21,7 @@ import (
 // and the measured load finds every transform stored (no response of it
 // deferred: a miss would be, at 1 ms).
 func TestWarmPasses(t *testing.T) {
-	needTestbed(t)
-	c := run.Default()
-	c.Corpus = needTP5N(t)
-	c.Pages = "whois.domaintools.com"
-	c.Profiles = []string{"fast"}
-	c.Modes = []string{"url+opt+warm"}
-	c.Runs = 1
-	c.Out = t.TempDir()
-	c.Bin = buildCommands(t)
-	c.PageTimeout = time.Minute
+	c := onePage(t, "whois.domaintools.com", "url+opt+warm")
 	c.Pepd = []run.PepdSetting{{Key: "optimize.deadline", Value: "1ms"}}
 	var logs testenv.Buffer
 	log := slog.New(slog.NewJSONHandler(io.MultiWriter(&logs, tWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -63,4 +54,21 @@ func TestWarmPasses(t *testing.T) {
 	if r := res.Records[0]; len(r.OptSkipped) > 0 && r.OptSkipped["deferred"] > 0 {
 		t.Errorf("the measured load had %d responses deferred: the warm cache lacks them", r.OptSkipped["deferred"])
 	}
+}
+
+// onePage is the configuration of a run over one tp5n page, once, under
+// the fast profile, in modes, with the pepd and pepctl of this tree; it
+// skips t where the testbed cannot run (needTestbed, needTP5N).
+func onePage(t *testing.T, page string, modes ...string) run.Config {
+	needTestbed(t)
+	c := run.Default()
+	c.Corpus = needTP5N(t)
+	c.Pages = page
+	c.Profiles = []string{"fast"}
+	c.Modes = modes
+	c.Runs = 1
+	c.Out = t.TempDir()
+	c.Bin = buildCommands(t)
+	c.PageTimeout = time.Minute
+	return c
 }

@@ -85,7 +85,7 @@ func cmdRun(args []string) error {
 	profiles := fs.String("profile", strings.Join(c.Profiles, ","), "netem profiles (names or files), comma-separated")
 	fs.StringVar(&c.Wired, "wired", c.Wired, `netem profile for the gw-core link: the origins' distance from the gateway; "none": 0 ms`)
 	fs.StringVar(&c.PrepareLink, "prepare-link", c.PrepareLink, `netem profile of the radio link during the loads a session does not measure (a warm cache's passes, the hints' teaching pass: other subscribers' loads); "same": the measured profile`)
-	modes := fs.String("modes", strings.Join(c.Modes, ","), "modes to compare: direct, off, dns, url, url-https-kN (url mode over the VIP's HTTPS origin, HTTP/2, k shards; N 1..16), and those but direct with +opt (pepd's optimizer on)")
+	modes := fs.String("modes", strings.Join(c.Modes, ","), "modes to compare: direct, off, dns, url, url-https-kN (url mode over the VIP's HTTPS origin, HTTP/2, k shards; N 1..16), and those but direct with +opt (pepd's optimizer on) and @NAME (the pepd settings of -variant NAME:KEY=VALUE)")
 	hintsFlag := fs.String("hints", "", "off, on or off,on: run every mode but direct without and/or with pepd's dependency hints (adds the +hints modes; each such session starts with a teaching pass by another browser profile, discarded)")
 	optimize := fs.String("optimize", "", "off, on or off,on: run every mode but direct without and/or with pepd's optimizer (adds the +opt modes)")
 	fs.IntVar(&c.Runs, "runs", c.Runs, "runs per mode (each a fresh browser and, unless -warm, a cold Squid)")
@@ -130,6 +130,7 @@ func cmdRun(args []string) error {
 		return nil
 	})
 	addPepdFlags(fs, &c.Pepd)
+	addVariantFlag(fs, &c.Variants)
 	disableFeatures := fs.String("disable-features", "", "more Chromium features to turn off, comma-separated (e.g. HappyEyeballsV3)")
 	fs.DurationVar(&c.PageTimeout, "page-timeout", c.PageTimeout, "time limit of one page load")
 	fs.DurationVar(&c.Settle, "settle", c.Settle, "quiet network time after onload before the next page")

@@ -38,3 +38,24 @@ func addPepdFlags(fs *flag.FlagSet, settings *[]run.PepdSetting) {
 		})
 	}
 }
+
+// addVariantFlag defines -variant on fs: NAME:KEY=VALUE appends a pepd
+// setting to variant NAME in *variants (run.Config.Variants), for the
+// modes tagged @NAME; repeatable, in command-line order.
+func addVariantFlag(fs *flag.FlagSet, variants *map[string][]run.PepdSetting) {
+	fs.Func("variant", "NAME:KEY=VALUE: a pepd setting of the modes tagged @NAME only, written after -pepd's (e.g. -variant avif:optimize.avif=true -modes direct,url+opt,url+opt@avif -split-modes: the two pepd configurations as peers in one campaign); repeatable", func(arg string) error {
+		name, kv, ok := strings.Cut(arg, ":")
+		if !ok || name == "" {
+			return fmt.Errorf("want NAME:KEY=VALUE, e.g. avif:optimize.avif=true")
+		}
+		s, err := run.ParsePepdSetting(kv)
+		if err != nil {
+			return err
+		}
+		if *variants == nil {
+			*variants = map[string][]run.PepdSetting{}
+		}
+		(*variants)[name] = append((*variants)[name], s)
+		return nil
+	})
+}

@@ -57,6 +57,9 @@ func markdown(r *Results, plots map[string][]string, times map[string]TimeView) 
 	if len(c.Pepd) > 0 {
 		fmt.Fprintf(&b, "- pepd settings (-pepd, over the testbed's pepd.yaml): `%s`\n", strings.Join(c.Pepd, "`, `"))
 	}
+	for _, v := range slices.Sorted(maps.Keys(c.Variants)) {
+		fmt.Fprintf(&b, "- pepd settings of the modes tagged %s%s (-variant, over the -pepd ones): `%s`\n", VariantMark, v, strings.Join(c.Variants[v], "`, `"))
+	}
 	if len(c.DisableFeatures) > 0 {
 		fmt.Fprintf(&b, "- Chromium features also turned off: %s\n", strings.Join(c.DisableFeatures, ", "))
 	}
@@ -343,6 +346,15 @@ func summaryRows(v View) []Summary {
 				if s, ok := v.Summarize(m, base); ok {
 					rows = append(rows, s)
 				}
+			}
+		}
+	}
+	// A variant against the same mode with -pepd's settings alone: peers
+	// measured in the same campaign.
+	for _, m := range v.Modes {
+		if plain, name := SplitVariant(m); name != "" && slices.Contains(v.Modes, plain) {
+			if s, ok := v.Summarize(m, plain); ok {
+				rows = append(rows, s)
 			}
 		}
 	}

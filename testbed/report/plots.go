@@ -46,8 +46,10 @@ type modeLook struct {
 }
 
 // lookOf returns mode m's look: "url+opt+hints+warm" is url's green,
-// lighter (warm), cross-hatched (optimizer and hints).
+// lighter (warm), cross-hatched (optimizer and hints); a variant
+// ("url+opt@avif") is darker than the mode without its tag.
 func lookOf(m string) modeLook {
+	m, variant := SplitVariant(m)
 	base, warm := strings.CutSuffix(m, "+warm")
 	base, hints := strings.CutSuffix(base, "+hints")
 	base, opt := strings.CutSuffix(base, "+opt")
@@ -58,6 +60,11 @@ func lookOf(m string) modeLook {
 		l.color = httpsColors[(k-1)%len(httpsColors)]
 	} else {
 		l.color = plotter.DefaultLineStyle.Color
+	}
+	if variant != "" { // darker than the mode without the tag
+		r, g, b, _ := l.color.RGBA()
+		dark := func(v uint32) uint8 { return uint8((v >> 8) * 3 / 5) }
+		l.color = color.RGBA{R: dark(r), G: dark(g), B: dark(b), A: 0xff}
 	}
 	if warm {
 		r, g, b, _ := l.color.RGBA()

@@ -188,6 +188,11 @@ type RunConfig struct {
 	// -pepd read their dns_origins, pepd_radio and opt_deadline into it
 	// (Read).
 	Pepd []string `json:"pepd,omitempty"`
+	// Variants are the pepd settings of each variant the run's modes were
+	// tagged with (testbed run -variant NAME:KEY=VALUE; VariantMark),
+	// written over Pepd in the testbeds of those modes: name -> KEY=VALUE
+	// in order.
+	Variants map[string][]string `json:"variants,omitempty"`
 	// OriginCompress is the replay origin's content coding (auto, none,
 	// recorded; "" in results from before the option: none).
 	OriginCompress string `json:"origin_compress,omitempty"`

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/miekg/dns"
@@ -55,6 +56,11 @@ type BedOptions struct {
 	Plan    *corpus.Plan
 	NeedPEP bool   // start Squid and pepd
 	Logs    string // folder for the processes' logs
+	// Modes are the modes the bed will measure; nil means the run's
+	// (Config.Modes). Its pepd takes the settings of the first that runs
+	// pepd (Config.PepdFor: the modes of one bed share them, checked by
+	// Config.Validate).
+	Modes []string
 }
 
 // NewBed builds a testbed and starts its parts, each ready before the next
@@ -117,8 +123,15 @@ func NewBed(ctx context.Context, rc Config, o BedOptions, log *slog.Logger) (b *
 		if err := b.squid.start(ctx, true); err != nil {
 			return b, err
 		}
+		modes := o.Modes
+		if modes == nil {
+			modes = rc.Modes
+		}
 		ps := PepdSettings{Overrides: rc.Pepd}
-		if anyHTTPS(rc.Modes) {
+		if i := slices.IndexFunc(modes, NeedsPEP); i >= 0 {
+			ps.Overrides = rc.PepdFor(modes[i])
+		}
+		if anyHTTPS(modes) {
 			if ps.CertFile, ps.KeyFile, err = b.vipCertificate(); err != nil {
 				return b, err
 			}

@@ -3,6 +3,7 @@ package run
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/netip"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"pep/netem"
 	"pep/testbed/browser"
 	"pep/testbed/origin"
+	"pep/testbed/report"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -92,15 +94,18 @@ func anyHTTPS(modes []string) bool {
 const HintsSuffix = "+hints"
 
 // SplitMode returns the pepd mode of a testbed mode and whether the
-// optimizer is on: "url+opt", "url+opt+hints" and "url+opt+warm" are
-// ("url", true).
+// optimizer is on: "url+opt", "url+opt+hints", "url+opt+warm" and
+// "url+opt@avif" are ("url", true).
 func SplitMode(m string) (base string, opt bool) {
+	m, _ = report.SplitVariant(m)
 	base, opt = strings.CutSuffix(strings.TrimSuffix(strings.TrimSuffix(m, WarmSuffix), HintsSuffix), OptSuffix)
 	return base, opt
 }
 
-// HasHints reports whether mode m runs with pepd's hints on (HintsSuffix).
+// HasHints reports whether mode m runs with pepd's hints on (HintsSuffix),
+// with or without a variant tag (report.VariantMark).
 func HasHints(m string) bool {
+	m, _ = report.SplitVariant(m)
 	return strings.HasSuffix(strings.TrimSuffix(m, WarmSuffix), HintsSuffix)
 }
 
@@ -113,8 +118,12 @@ func WithHints(modes []string, hints []string) ([]string, error) {
 	})
 }
 
-// IsWarm reports whether mode m runs on a warm cache (WarmSuffix).
-func IsWarm(m string) bool { return strings.HasSuffix(m, WarmSuffix) }
+// IsWarm reports whether mode m runs on a warm cache (WarmSuffix), with
+// or without a variant tag (report.VariantMark).
+func IsWarm(m string) bool {
+	m, _ = report.SplitVariant(m)
+	return strings.HasSuffix(m, WarmSuffix)
+}
 
 // warmSession reports whether c's sessions of mode m fill Squid before
 // they measure: m uses Squid and is a +warm mode or c.Warm is set.
@@ -231,6 +240,14 @@ type Config struct {
 	// checked by pepd's loader before the first testbed is built
 	// (ValidatePepd): any key of configs/pepd.yaml but PepdOwnedKeys.
 	Pepd []PepdSetting
+	// Variants are more pepd settings by variant name (-variant
+	// NAME:KEY=VALUE), written after Pepd in the testbeds of the modes
+	// tagged with the name ("url+opt@avif", report.VariantMark), so that
+	// two pepd configurations are measured as peers in one campaign. Every
+	// tag used must be defined and every variant used; modes of different
+	// variants (or a variant and none) need SplitModes (one pepd per
+	// testbed).
+	Variants map[string][]PepdSetting
 	// OriginCompress is the replay origin's content coding
 	// (origin.Compress: auto, none or recorded; "" = auto).
 	OriginCompress string
@@ -346,6 +363,9 @@ func (c Config) Validate() error {
 	if len(c.Modes) == 0 {
 		return fmt.Errorf("run: modes: none given")
 	}
+	if err := c.checkVariants(); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	for _, m := range c.Modes {
 		base, opt := SplitMode(m)
@@ -393,31 +413,106 @@ const ResultsDirKey = "optimize.results_dir"
 // values, a later setting winning); settings that do not make a pepd.yaml
 // are pepd's loader's to report (ValidatePepd).
 func (c Config) checkResultsDir() error {
-	doc, err := setPepd([]byte("{}"), c.Pepd)
-	if err != nil {
-		return nil
-	}
-	var set struct {
-		Optimize struct {
-			ResultsDir string `yaml:"results_dir"`
-		} `yaml:"optimize"`
-	}
-	if yaml.Unmarshal(doc, &set) != nil {
-		return nil
-	}
-	dir := set.Optimize.ResultsDir
-	if dir == "" {
-		return nil
-	}
-	if !filepath.IsAbs(dir) {
-		return fmt.Errorf("run: -pepd %s=%s: want an absolute path", ResultsDirKey, dir)
-	}
 	for _, m := range c.Modes {
-		if _, opt := SplitMode(m); opt && NeedsPEP(m) && !c.warmSession(m) {
+		if !NeedsPEP(m) {
+			continue
+		}
+		doc, err := setPepd([]byte("{}"), c.PepdFor(m))
+		if err != nil {
+			continue
+		}
+		var set struct {
+			Optimize struct {
+				ResultsDir string `yaml:"results_dir"`
+			} `yaml:"optimize"`
+		}
+		if yaml.Unmarshal(doc, &set) != nil {
+			continue
+		}
+		dir := set.Optimize.ResultsDir
+		if dir == "" {
+			continue
+		}
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("run: -pepd %s=%s (mode %q): want an absolute path", ResultsDirKey, dir, m)
+		}
+		if _, opt := SplitMode(m); opt && !c.warmSession(m) {
 			return fmt.Errorf("run: -pepd %s=%s: mode %q measures a cold cache, whose misses the kept results would answer at once; use it with -warm or %s modes only", ResultsDirKey, dir, m, WarmSuffix)
 		}
 	}
 	return nil
+}
+
+// PepdFor returns the pepd settings of mode m's testbeds: Pepd, then the
+// settings of m's variant (Variants), in the order they are written.
+func (c Config) PepdFor(m string) []PepdSetting {
+	_, v := report.SplitVariant(m)
+	if v == "" {
+		return c.Pepd
+	}
+	return append(slices.Clip(c.Pepd), c.Variants[v]...)
+}
+
+// checkVariants checks the variant tags of c.Modes against c.Variants:
+// names of letters, digits, '-' and '_'; no tag without its -variant, no
+// -variant without a mode; no tag on direct (no pepd); settings that
+// ParsePepdSetting takes; and, unless SplitModes, one pepd configuration
+// for all the modes (a testbed runs one pepd through its modes).
+func (c Config) checkVariants() error {
+	used := map[string]bool{}
+	for _, m := range c.Modes {
+		plain, v := report.SplitVariant(m)
+		if v == "" && !strings.Contains(m, report.VariantMark) {
+			if NeedsPEP(m) {
+				used[""] = true
+			}
+			continue
+		}
+		if !validVariantName(v) {
+			return fmt.Errorf("run: modes: %q: the variant tag after %s is not a name of letters, digits, '-' and '_'", m, report.VariantMark)
+		}
+		if !NeedsPEP(plain) {
+			return fmt.Errorf("run: modes: %q: direct runs no pepd, so it has no variant", m)
+		}
+		if _, ok := c.Variants[v]; !ok {
+			return fmt.Errorf("run: modes: %q: no -variant %s:KEY=VALUE defines its pepd settings", m, v)
+		}
+		used[v] = true
+	}
+	for _, v := range slices.Sorted(maps.Keys(c.Variants)) {
+		if !validVariantName(v) {
+			return fmt.Errorf("run: -variant %s: want a name of letters, digits, '-' and '_'", v)
+		}
+		if !used[v] {
+			return fmt.Errorf("run: -variant %s: no mode is tagged %s%s (e.g. -modes url+opt,url+opt%s%s)", v, report.VariantMark, v, report.VariantMark, v)
+		}
+		if len(c.Variants[v]) == 0 {
+			return fmt.Errorf("run: -variant %s: no settings", v)
+		}
+		for _, s := range c.Variants[v] {
+			if _, err := ParsePepdSetting(s.String()); err != nil {
+				return fmt.Errorf("run: -variant %s: %w", v, err)
+			}
+		}
+	}
+	if n := len(used); n > 1 && !c.SplitModes {
+		return fmt.Errorf("run: modes: %d pepd configurations (variants %s); give each mode its own testbed with -split-modes", n, strings.Join(slices.Sorted(maps.Keys(c.Variants)), ", "))
+	}
+	return nil
+}
+
+// validVariantName reports whether v is a variant name: 1-32 letters,
+// digits, '-' and '_'.
+func validVariantName(v string) bool {
+	if v == "" || len(v) > 32 {
+		return false
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // resolverLabel is Chromium's resolver as results.json records it.
@@ -426,6 +521,19 @@ func (c Config) resolverLabel() string {
 		return "stock (Chromium's default)"
 	}
 	return string(c.Resolver)
+}
+
+// variantStrings are Config.Variants as results.json records them
+// (report.RunConfig.Variants); nil for none.
+func variantStrings(vs map[string][]PepdSetting) map[string][]string {
+	if len(vs) == 0 {
+		return nil
+	}
+	out := map[string][]string{}
+	for v, s := range vs {
+		out[v] = PepdStrings(s)
+	}
+	return out
 }
 
 // PepdStrings are settings as -pepd arguments, KEY=VALUE each (results.json's
@@ -471,7 +579,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("modes", strings.Join(c.Modes, ",")), slog.Int("runs", c.Runs),
 		slog.String("out", c.Out), slog.Bool("warm", c.Warm), slog.String("prepare_link", c.PrepareLink), slog.String("resolver", string(c.Resolver)), slog.Bool("https_rr", c.HTTPSRR), slog.Bool("unpartitioned", c.Unpartitioned),
 		slog.String("disable_features", strings.Join(c.DisableFeatures, ",")),
-		slog.Any("pepd", PepdStrings(c.Pepd)), slog.String("origin_compress", c.OriginCompress),
+		slog.Any("pepd", PepdStrings(c.Pepd)), slog.Any("variants", variantStrings(c.Variants)), slog.String("origin_compress", c.OriginCompress),
 		slog.String("cc_phone", c.CCPhone), slog.String("cc_gw", c.CCGW), slog.String("cc_origin", c.CCOrigin),
 		slog.Int("gw_initcwnd", c.GWInitCwnd), slog.Bool("gw_initcwnd_tls_only", c.GWInitCwndTLSOnly), slog.Any("gw_slow_start_after_idle", c.GWSlowStartAfterIdle),
 		slog.Duration("page_timeout", c.PageTimeout), slog.Duration("settle", c.Settle),

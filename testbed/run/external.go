@@ -65,6 +65,9 @@ func RunExternal(ctx context.Context, c Config, x External, log *slog.Logger, pr
 	if len(c.Pepd) > 0 {
 		return nil, fmt.Errorf("run: external topology: -pepd %s: the gateway's pepd reads its own configuration; set it there", c.Pepd[0])
 	}
+	if len(c.Variants) > 0 {
+		return nil, errors.New("run: external topology: -variant: the gateway's pepd reads its own configuration; set it there")
+	}
 	// -cache warm (-warm) keeps the gateway's cache between sessions; a
 	// mix of cold and warm modes cannot be had here (no discarded pass).
 	if slices.ContainsFunc(c.Modes, IsWarm) {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"net/url"
 	"os"
@@ -103,7 +104,7 @@ func prepare(c Config, log *slog.Logger, progress io.Writer) (*experiment, error
 
 	rc := report.RunConfig{
 		Corpus: c.Corpus, Modes: c.Modes, Runs: c.Runs, Resolver: c.resolverLabel(), HTTPSRR: c.HTTPSRR, Unpartitioned: c.Unpartitioned,
-		DisableFeatures: c.DisableFeatures, Pepd: PepdStrings(c.Pepd), Warm: c.Warm, StockChromium: c.StockChromium,
+		DisableFeatures: c.DisableFeatures, Pepd: PepdStrings(c.Pepd), Variants: variantStrings(c.Variants), Warm: c.Warm, StockChromium: c.StockChromium,
 		Backend: c.Backend, VIP: cmp.Or(c.VIP, topo.Default().VIP).String(), Origins: e.plan.Prefix.String(), Started: time.Now(), Import: imported,
 		Command: c.Command, PageTimeout: c.PageTimeout.String(), Settle: c.Settle.String(), SettleMax: c.SettleMax.String(),
 		Parallel: c.Parallel, SplitModes: c.SplitModes,
@@ -252,6 +253,13 @@ func Run(ctx context.Context, c Config, log *slog.Logger, progress io.Writer) (*
 		if err := ValidatePepd(filepath.Join(c.Out, "pepd.yaml"), bedTopo(c, e.plan), c.Modes, c.Pepd); err != nil {
 			return nil, err
 		}
+		// Each variant's configuration too, from OUT/pepd@NAME.yaml.
+		for _, v := range slices.Sorted(maps.Keys(c.Variants)) {
+			modes := slices.DeleteFunc(slices.Clone(c.Modes), func(m string) bool { _, mv := report.SplitVariant(m); return mv != v })
+			if err := ValidatePepd(filepath.Join(c.Out, "pepd"+report.VariantMark+v+".yaml"), bedTopo(c, e.plan), modes, c.PepdFor(modes[0])); err != nil {
+				return nil, fmt.Errorf("run: -variant %s: %w", v, err)
+			}
+		}
 	}
 	rc := &e.res.Config
 	if e.prep != nil && slices.ContainsFunc(c.Modes, c.prepares) {
@@ -383,7 +391,7 @@ func (e *experiment) runUnit(ctx context.Context, u unit) error {
 		return fmt.Errorf("run: %w", err)
 	}
 	needPEP := slices.ContainsFunc(u.modes, NeedsPEP)
-	bed, err := NewBed(ctx, c, BedOptions{Profile: u.prof, Wired: e.wired, Corpus: e.corp, Plan: e.plan, NeedPEP: needPEP, Logs: logs},
+	bed, err := NewBed(ctx, c, BedOptions{Profile: u.prof, Wired: e.wired, Corpus: e.corp, Plan: e.plan, NeedPEP: needPEP, Logs: logs, Modes: u.modes},
 		e.log.With("run", u.run))
 	if err != nil {
 		return err

@@ -51,13 +51,41 @@ func TestValidate(t *testing.T) {
 		}, `run: -pepd optimize.results_dir=/var/tmp/opt: mode "url+opt" measures a cold cache, whose misses the kept results would answer at once; use it with -warm or +warm modes only`},
 		{"results dir, relative", func(c *Config) {
 			c.Warm, c.Pepd = true, []PepdSetting{{ResultsDirKey, "opt"}}
-		}, "run: -pepd optimize.results_dir=opt: want an absolute path"},
+		}, `run: -pepd optimize.results_dir=opt (mode "off"): want an absolute path`},
 		{"results dir, a quoted YAML value", func(c *Config) {
 			c.Modes, c.Pepd = []string{"url+opt"}, []PepdSetting{{ResultsDirKey, `"/var/tmp/opt"`}}
 		}, `run: -pepd optimize.results_dir=/var/tmp/opt: mode "url+opt" measures a cold cache, whose misses the kept results would answer at once; use it with -warm or +warm modes only`},
 		{"results dir, set back to none", func(c *Config) {
 			c.Modes, c.Pepd = []string{"url+opt"}, []PepdSetting{{ResultsDirKey, "/var/tmp/opt"}, {ResultsDirKey, ""}}
 		}, ""},
+		{"variant", func(c *Config) {
+			c.Modes, c.SplitModes = []string{"direct", "url+opt", "url+opt@avif", "url-https-k1+opt@avif+warm"}, true
+			c.Variants = map[string][]PepdSetting{"avif": {{"optimize.avif", "true"}}}
+		}, ""},
+		{"variant alone needs no -split-modes", func(c *Config) {
+			c.Modes, c.Variants = []string{"direct", "url+opt@avif"}, map[string][]PepdSetting{"avif": {{"optimize.avif", "true"}}}
+		}, ""},
+		{"variant and none need -split-modes", func(c *Config) {
+			c.Modes, c.Variants = []string{"direct", "url+opt", "url+opt@avif"}, map[string][]PepdSetting{"avif": {{"optimize.avif", "true"}}}
+		}, "run: modes: 2 pepd configurations (variants avif); give each mode its own testbed with -split-modes"},
+		{"variant undefined", func(c *Config) {
+			c.Modes = []string{"direct", "url+opt@avf"}
+			c.Variants = map[string][]PepdSetting{"avif": {{"optimize.avif", "true"}}}
+		}, `run: modes: "url+opt@avf": no -variant avf:KEY=VALUE defines its pepd settings`},
+		{"variant unused", func(c *Config) {
+			c.Modes, c.Variants = []string{"direct", "url+opt"}, map[string][]PepdSetting{"avif": {{"optimize.avif", "true"}}}
+		}, "run: -variant avif: no mode is tagged @avif (e.g. -modes url+opt,url+opt@avif)"},
+		{"variant on direct", func(c *Config) {
+			c.Modes, c.Variants = []string{"direct@avif"}, map[string][]PepdSetting{"avif": {{"optimize.avif", "true"}}}
+		}, `run: modes: "direct@avif": direct runs no pepd, so it has no variant`},
+		{"variant tag empty", func(c *Config) { c.Modes = []string{"url@+opt"} }, `run: modes: "url@+opt": the variant tag after @ is not a name of letters, digits, '-' and '_'`},
+		{"variant owned key", func(c *Config) {
+			c.Modes, c.Variants = []string{"url@m"}, map[string][]PepdSetting{"m": {{"mode", "dns"}}}
+		}, `run: -variant m: run: -pepd "mode=dns": the testbed sets mode itself (each session's mode sets it)`},
+		{"variant results dir, cold", func(c *Config) {
+			c.Modes, c.SplitModes = []string{"url+opt", "url+opt@kept"}, true
+			c.Variants = map[string][]PepdSetting{"kept": {{ResultsDirKey, "/var/tmp/opt"}}}
+		}, `run: -pepd optimize.results_dir=/var/tmp/opt: mode "url+opt@kept" measures a cold cache, whose misses the kept results would answer at once; use it with -warm or +warm modes only`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
