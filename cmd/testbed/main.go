@@ -209,8 +209,8 @@ func cmdRun(args []string) error {
 	)).With("component", "testbed")
 	// The exact configuration comes first, on the terminal too.
 	fmt.Fprintf(os.Stderr, "testbed: %s\n", c.Command)
-	fmt.Fprintf(os.Stderr, "testbed: corpus=%s pages=%q profiles=%s wired=%q modes=%s runs=%d pepd=%q resolver=%s https-rr=%v unpartitioned=%v disable-features=%q har=%v backend=%s page-timeout=%s settle=%s parallel=%d out=%s\n",
-		c.Corpus, c.Pages, strings.Join(c.Profiles, ","), c.Wired, strings.Join(c.Modes, ","), c.Runs, strings.Join(run.PepdStrings(c.Pepd), " "), c.Resolver, c.HTTPSRR, c.Unpartitioned, strings.Join(c.DisableFeatures, ","), c.HAR,
+	fmt.Fprintf(os.Stderr, "testbed: corpus=%s pages=%q profiles=%s wired=%q modes=%s runs=%d pepd=%q variants=%q resolver=%s https-rr=%v unpartitioned=%v disable-features=%q har=%v backend=%s page-timeout=%s settle=%s parallel=%d out=%s\n",
+		c.Corpus, c.Pages, strings.Join(c.Profiles, ","), c.Wired, strings.Join(c.Modes, ","), c.Runs, strings.Join(run.PepdStrings(c.Pepd), " "), variantsString(c.Variants), c.Resolver, c.HTTPSRR, c.Unpartitioned, strings.Join(c.DisableFeatures, ","), c.HAR,
 		c.Backend, c.PageTimeout, c.Settle, c.Parallel, c.Out)
 
 	if external {

@@ -3,6 +3,8 @@ package main
 import (
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"pep/testbed/run"
@@ -58,4 +60,16 @@ func addVariantFlag(fs *flag.FlagSet, variants *map[string][]run.PepdSetting) {
 		(*variants)[name] = append((*variants)[name], s)
 		return nil
 	})
+}
+
+// variantsString is -variant's settings for the terminal: NAME:KEY=VALUE
+// each, by name, space-separated; "" for none.
+func variantsString(variants map[string][]run.PepdSetting) string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(variants)) {
+		for _, s := range variants[name] {
+			out = append(out, name+":"+s.String())
+		}
+	}
+	return strings.Join(out, " ")
 }
