@@ -461,13 +461,13 @@ func (c Config) PepdFor(m string) []PepdSetting {
 func (c Config) checkVariants() error {
 	used := map[string]bool{}
 	for _, m := range c.Modes {
-		plain, v := report.SplitVariant(m)
-		if v == "" && !strings.Contains(m, report.VariantMark) {
+		if !strings.Contains(m, report.VariantMark) {
 			if NeedsPEP(m) {
 				used[""] = true
 			}
 			continue
 		}
+		plain, v := report.SplitVariant(m)
 		if !validVariantName(v) {
 			return fmt.Errorf("run: modes: %q: the variant tag after %s is not a name of letters, digits, '-' and '_'", m, report.VariantMark)
 		}
