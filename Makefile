@@ -92,15 +92,16 @@ bench: ## Go benchmarks (rewriter, DNS, emulator, HTTP path)
 # bench-h2: internal/httpproxy BenchmarkH2CPU (issue 25): pepd's CPU per
 # cached request over HTTP/2 with TLS to the VIP against the HTTP/1.1
 # relay, on the same Squid hits, h2load for every phase (8 requests in
-# flight, connections kept), p99 latency; BENCH_H2_ROUNDS rounds of
+# flight, connections kept), p99 latency, and HAProxy in pepd's place (the
+# C peer: plain HTTP/1.1, HTTP/1.1 over TLS, HTTP/2); BENCH_H2_ROUNDS rounds of
 # BENCH_H2_SECONDS per phase; BENCH_H2_PERF=1 adds system calls per request
 # (perf stat, root).
 BENCH_H2_ROUNDS  ?= 5
 BENCH_H2_SECONDS ?= 3
 BENCH_H2_PERF    ?= 0
 
-bench-h2: ## CPU per request and p99, HTTP/2 over TLS to the VIP against the HTTP/1.1 relay (h2load; BENCH_H2_ROUNDS=5)
-	@$(MAKE) --no-print-directory install-pkgs PKGS='squid nghttp2-client'
+bench-h2: ## CPU per request and p99, HTTP/2 over TLS to the VIP against the HTTP/1.1 relay and HAProxy as the VIP (h2load; BENCH_H2_ROUNDS=5)
+	@$(MAKE) --no-print-directory install-pkgs PKGS='squid nghttp2-client haproxy'
 	PEP_BENCH_ROUNDS=$(BENCH_H2_ROUNDS) PEP_BENCH_SECONDS=$(BENCH_H2_SECONDS) PEP_BENCH_PERF=$(BENCH_H2_PERF) \
 	  $(GO) test -count=1 -run '^$$' -bench '^BenchmarkH2CPU$$' -benchtime 1x -timeout 30m ./internal/httpproxy/
 

@@ -18,6 +18,7 @@ import (
 
 	"pep/internal/cputime"
 	"pep/internal/mode"
+	"pep/internal/viptls/viptlstest"
 )
 
 // procCPU returns process pid's CPU time so far (cputime.Of), failing
@@ -154,6 +155,84 @@ backend be_tcp
 	h.pid = cmd.Process.Pid
 	// Readiness: haproxy binds both frontends before it accepts on either.
 	startDaemon(b, "haproxy", cmd, h.TCP, out.String)
+	return h
+}
+
+// haproxyVIP is HAProxy standing where pepd's VIP stands in
+// BenchmarkH2CPU: one process, `mode http`, with a plain HTTP/1.1 frontend
+// (Plain) and a TLS frontend offering ALPN h2 and http/1.1 (TLS), both in
+// front of the benchmark's Squid.
+type haproxyVIP struct {
+	Plain, TLS string // listen addresses (host:port)
+	pid        int
+}
+
+// startHAProxyVIP runs haproxy (apt-get install -y haproxy) with one thread
+// (nbthread 1, as pepd's GOMAXPROCS 1 in the benchmark) in front of squid
+// until the benchmark ends, or returns nil if haproxy is not installed.
+// Both frontends do per request what pepd does for a VIP path: the
+// request's path becomes the absolute URI authority+path and Host the
+// authority (RFC 9112 section 3.2.2), and the request goes to Squid with
+// a PROXY protocol header when proxyProtocol is set (send-proxy), over
+// kept-alive upstream connections (http-reuse safe, HAProxy's default).
+// The TLS frontend's certificate is a new one from ca for the VIP's names;
+// TLS 1.2 at least, as pepd's.
+func startHAProxyVIP(b *testing.B, squid string, proxyProtocol bool, ca *viptlstest.CA, authority string) *haproxyVIP {
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		if bin, err = exec.LookPath("/usr/sbin/haproxy"); err != nil {
+			return nil
+		}
+	}
+	dir := b.TempDir()
+	now := time.Now()
+	cert, key, err := ca.Issue([]string{"vip.test", testVIP.String()}, now.Add(-time.Hour), now.Add(24*time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pemFile := filepath.Join(dir, "vip.pem")
+	if err := os.WriteFile(pemFile, append(cert, key...), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	h := &haproxyVIP{Plain: "127.0.0.1:" + freePort(b), TLS: "127.0.0.1:" + freePort(b)}
+	send := ""
+	if proxyProtocol {
+		send = " send-proxy"
+	}
+	conf := fmt.Sprintf(`global
+	nbthread 1
+	maxconn 1000
+	ssl-default-bind-options ssl-min-ver TLSv1.2
+defaults
+	mode http
+	timeout connect 5s
+	timeout client 60s
+	timeout server 60s
+	option http-keep-alive
+frontend fe_plain
+	bind %s
+	default_backend be_squid
+frontend fe_tls
+	bind %s ssl crt %s alpn h2,http/1.1
+	default_backend be_squid
+backend be_squid
+	http-request set-uri http://%s%%[path]
+	http-request set-header Host %s
+	server squid %s%s
+`, h.Plain, h.TLS, pemFile, authority, authority, squid, send)
+	path := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-db", "-f", path)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	h.pid = cmd.Process.Pid
+	// Readiness: haproxy binds every frontend before it accepts on any.
+	startDaemon(b, "haproxy", cmd, h.TLS, out.String)
 	return h
 }
 
@@ -452,7 +531,7 @@ func runH2loadP99(b *testing.B, url string, d time.Duration, conns, streams int,
 }
 
 // perfEvents are the system calls PEP_BENCH_PERF counts.
-const perfEvents = "syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_futex"
+const perfEvents = "syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendto,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_epoll_ctl,syscalls:sys_enter_futex"
 
 // perfPerRequest formats perf stat's CSV output (-x,) as counts per
 // request, n requests.
@@ -491,7 +570,13 @@ func perfPerRequest(out string, n int) string {
 //   - h2-c1m8: HTTP/2 over TLS, 1 connection with 8 streams (a browser's
 //     shape: one connection per origin, its requests multiplexed);
 //   - h2-c1m8-unbatched: the same with the TLS connections' writes not
-//     batched (Server.unbatched; batchConn's peer in the same run).
+//     batched (Server.unbatched; batchConn's peer in the same run);
+//   - haproxy-h1, haproxy-tls-h1, haproxy-h2-c1m8: the C peer,
+//     HAProxy in pepd's place (startHAProxyVIP; left out when haproxy is
+//     not installed), plain HTTP/1.1, HTTP/1.1 over TLS and HTTP/2 over
+//     TLS in the shapes above, haproxy's CPU counted; each is also given
+//     against haproxy-h1, and h2-c1m8 against haproxy-h2-c1m8 round by
+//     round (metric h2-c1m8-vs-haproxy).
 //
 // pepd runs in this process with GOMAXPROCS 1 (pepd's procs setting on an
 // appliance where Squid has the other core); the CPU counted is this
@@ -507,8 +592,9 @@ func perfPerRequest(out string, n int) string {
 // PEP_BENCH_SECONDS sets each phase's length (default 3), PEP_BENCH_ROUNDS
 // the rounds (default 5), PEP_BENCH_PHASES the phases after relay-h1
 // (comma-separated labels; default all). -cpuprofile profiles every phase
-// together. PEP_BENCH_PERF=1 counts pepd's system calls per request
-// (read, write, epoll_wait, futex; perf stat on this process for each
+// together. PEP_BENCH_PERF=1 counts the proxy's system calls per request
+// (read, write, recvfrom, sendto, epoll_wait, epoll_ctl, futex; perf stat
+// on the phase's process for each
 // phase's length, root): where the difference in CPU goes.
 func BenchmarkH2CPU(b *testing.B) {
 	if _, err := exec.LookPath("h2load"); err != nil {
@@ -536,18 +622,33 @@ func BenchmarkH2CPU(b *testing.B) {
 		conns, streams int
 		h1             bool
 		unbatched      bool // TLS connections without batchConn (the peer of the batched writes)
+		pid            int  // the process whose CPU is counted: 0 for this one (pepd)
 	}
 	phases := []phaseDef{
-		{"relay-h1", relayURL, 8, 1, true, false},
-		{"tls-h1", tlsURL, 8, 1, true, false},
-		{"h2-c8m1", tlsURL, 8, 1, false, false},
-		{"h2-c1m8", tlsURL, 1, 8, false, false},
-		{"h2-c1m8-unbatched", tlsURL, 1, 8, false, true},
+		{"relay-h1", relayURL, 8, 1, true, false, 0},
+		{"tls-h1", tlsURL, 8, 1, true, false, 0},
+		{"h2-c8m1", tlsURL, 8, 1, false, false, 0},
+		{"h2-c1m8", tlsURL, 1, 8, false, false, 0},
+		{"h2-c1m8-unbatched", tlsURL, 1, 8, false, true, 0},
+	}
+	// The C peer: HAProxy in pepd's place, the same three shapes against
+	// its own plain HTTP/1.1 frontend (the ratio's second base).
+	if hv := startHAProxyVIP(b, sq.Addr, true, front.CA, "img.cdn.test:"+o.Port); hv != nil {
+		plainURL, hTLSURL := "http://"+hv.Plain+"/logo.png", "https://"+hv.TLS+"/logo.png"
+		phases = append(phases,
+			phaseDef{"haproxy-h1", plainURL, 8, 1, true, false, hv.pid},
+			phaseDef{"haproxy-tls-h1", hTLSURL, 8, 1, true, false, hv.pid},
+			phaseDef{"haproxy-h2-c1m8", hTLSURL, 1, 8, false, false, hv.pid})
+	} else {
+		b.Log("haproxy not installed (apt-get install -y haproxy): no haproxy phases")
 	}
 	if v := os.Getenv("PEP_BENCH_PHASES"); v != "" {
+		want := strings.Split(v, ",")
 		keep := phases[:1]
 		for _, ph := range phases[1:] {
-			if slices.Contains(strings.Split(v, ","), ph.label) {
+			// A haproxy phase brings its base, haproxy-h1.
+			peer := ph.label == "haproxy-h1" && slices.ContainsFunc(want, func(l string) bool { return strings.HasPrefix(l, "haproxy-") })
+			if peer || slices.Contains(want, ph.label) {
 				keep = append(keep, ph)
 			}
 		}
@@ -561,19 +662,23 @@ func BenchmarkH2CPU(b *testing.B) {
 	d := time.Duration(secs) * time.Second
 	self, squidPid := os.Getpid(), sq.Cmd.Process.Pid
 	type result struct {
-		pep, user, sys, squid, ratio, rate float64
-		p99                                time.Duration
+		pep, user, sys, squid, ratio, peerRatio, rate float64
+		p99                                           time.Duration
 	}
 	res := map[string][]result{}
 	syscalls := map[string]string{}
 	b.ResetTimer()
 	for range rounds {
-		var relay float64
+		var relay, peerBase float64
 		for _, ph := range phases {
+			pid := self
+			if ph.pid != 0 {
+				pid = ph.pid
+			}
 			var perf *exec.Cmd
 			var perfOut strings.Builder
 			if os.Getenv("PEP_BENCH_PERF") == "1" {
-				perf = exec.Command("perf", "stat", "-x,", "-e", perfEvents, "-p", strconv.Itoa(self), "--", "sleep", strconv.Itoa(secs))
+				perf = exec.Command("perf", "stat", "-x,", "-e", perfEvents, "-p", strconv.Itoa(pid), "--", "sleep", strconv.Itoa(secs))
 				perf.Stderr = &perfOut
 				if err := perf.Start(); err != nil {
 					b.Fatalf("perf: %v", err)
@@ -581,36 +686,72 @@ func BenchmarkH2CPU(b *testing.B) {
 			}
 			p.Srv.unbatched.Store(ph.unbatched)
 			s0 := procCPU(b, squidPid)
-			u0, k0 := procSplit(b, self)
+			u0, k0 := procSplit(b, pid)
 			r := runH2loadP99(b, ph.url, d, ph.conns, ph.streams, ph.h1)
 			s1 := procCPU(b, squidPid)
-			u1, k1 := procSplit(b, self)
+			u1, k1 := procSplit(b, pid)
 			p0, p1 := u0+k0, u1+k1
 			if perf != nil {
 				perf.Wait()
 				syscalls[ph.label] = perfPerRequest(perfOut.String(), r.n) // the last round's
 			}
 			pep := float64(p1-p0) / float64(r.n) / 1e3
-			if ph.label == "relay-h1" {
+			switch ph.label {
+			case "relay-h1":
 				relay = pep
+			case "haproxy-h1":
+				peerBase = pep
+			}
+			peerRatio := 0.0
+			if ph.pid != 0 {
+				peerRatio = pep / peerBase
 			}
 			perReq := func(t time.Duration) float64 { return float64(t) / float64(r.n) / 1e3 }
-			res[ph.label] = append(res[ph.label], result{pep, perReq(u1 - u0), perReq(k1 - k0), perReq(s1 - s0), pep / relay, float64(r.n) / d.Seconds(), r.p99})
+			res[ph.label] = append(res[ph.label], result{pep, perReq(u1 - u0), perReq(k1 - k0), perReq(s1 - s0), pep / relay, peerRatio, float64(r.n) / d.Seconds(), r.p99})
 		}
 	}
 	b.StopTimer()
+	// pepd's HTTP/2 against HAProxy's on the same hits, round by round
+	// (before the rounds are sorted), in h2-c1m8's line.
+	vsPeer := ""
+	if ps, hs := res["h2-c1m8"], res["haproxy-h2-c1m8"]; len(hs) > 0 && len(ps) == len(hs) {
+		rr := make([]float64, len(ps))
+		for i := range ps {
+			rr[i] = ps[i].pep / hs[i].pep
+		}
+		slices.Sort(rr)
+		b.ReportMetric(rr[len(rr)/2], "h2-c1m8-vs-haproxy")
+		vsPeer = fmt.Sprintf("; x%.2f haproxy-h2-c1m8, min x%.2f, max x%.2f", rr[len(rr)/2], rr[0], rr[len(rr)-1])
+	}
 	for _, ph := range phases {
 		rs := res[ph.label]
 		slices.SortFunc(rs, func(x, y result) int { return cmp.Compare(x.ratio, y.ratio) })
 		m := rs[len(rs)/2]
-		b.ReportMetric(m.pep, ph.label+"-pep-µs/req")
+		b.ReportMetric(m.pep, ph.label+"-cpu-µs/req")
 		b.ReportMetric(m.ratio, ph.label+"-ratio")
 		b.ReportMetric(float64(m.p99.Microseconds()), ph.label+"-p99-µs")
-		b.Logf("%-17s pepd %6.1f µs/req (x%.2f relay-h1; min x%.2f, max x%.2f over %d rounds; user %.1f, system %.1f), squid %5.1f µs/req, %6.0f req/s, p99 %v",
-			ph.label, m.pep, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), m.user, m.sys, m.squid, m.rate, m.p99)
-		if sc := syscalls[ph.label]; sc != "" {
-			b.Logf("%-17s system calls per request (last round): %s", ph.label, sc)
+		who, peer := "pepd", ""
+		if ph.pid != 0 {
+			// The peer against its own plain HTTP/1.1, median of the rounds.
+			who = "haproxy"
+			prs := make([]float64, len(rs))
+			for i, r := range rs {
+				prs[i] = r.peerRatio
+			}
+			slices.Sort(prs)
+			b.ReportMetric(prs[len(prs)/2], ph.label+"-peer-ratio")
+			peer = fmt.Sprintf("; x%.2f haproxy-h1, min x%.2f, max x%.2f", prs[len(prs)/2], prs[0], prs[len(prs)-1])
 		}
+		if ph.label == "h2-c1m8" {
+			peer = vsPeer
+		}
+		sc := ""
+		if v := syscalls[ph.label]; v != "" {
+			sc = "; system calls per request (last round): " + v
+		}
+		// One line per phase: a benchmark's log keeps 10 lines.
+		b.Logf("%-17s %-7s %6.1f µs/req (x%.2f relay-h1; min x%.2f, max x%.2f over %d rounds%s; user %.1f, system %.1f), squid %5.1f µs/req, %6.0f req/s, p99 %v%s",
+			ph.label, who, m.pep, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), peer, m.user, m.sys, m.squid, m.rate, m.p99, sc)
 	}
 	b.Logf("upstream connections to squid opened: %v", testutilValue(p.M.upstreamConns))
 }
