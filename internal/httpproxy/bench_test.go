@@ -110,11 +110,9 @@ type haproxy struct {
 // TCP frontend is `mode tcp`, a byte relay in C without splicing (the
 // floor for a C proxy, as startForwarder is for Go).
 func startHAProxy(b *testing.B, upstream string, nbthread int) *haproxy {
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		if bin, err = exec.LookPath("/usr/sbin/haproxy"); err != nil {
-			return nil
-		}
+	bin := haproxyBin()
+	if bin == "" {
+		return nil
 	}
 	h := &haproxy{HTTP: "127.0.0.1:" + freePort(b), TCP: "127.0.0.1:" + freePort(b), Threads: nbthread}
 	conf := fmt.Sprintf(`global
@@ -142,6 +140,24 @@ backend be_tcp
 	mode tcp
 	server squid %s
 `, nbthread, h.HTTP, upstream, h.TCP, upstream)
+	h.pid = runHAProxy(b, bin, conf, h.TCP)
+	return h
+}
+
+// haproxyBin is the haproxy binary's path, or "" when it is not installed.
+func haproxyBin() string {
+	for _, name := range []string{"haproxy", "/usr/sbin/haproxy"} {
+		if bin, err := exec.LookPath(name); err == nil {
+			return bin
+		}
+	}
+	return ""
+}
+
+// runHAProxy runs bin in the foreground (-db) with the configuration conf
+// until the benchmark ends and returns its pid, once it accepts on addr
+// (haproxy binds every frontend before it accepts on any).
+func runHAProxy(b *testing.B, bin, conf, addr string) int {
 	path := filepath.Join(b.TempDir(), "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		b.Fatal(err)
@@ -152,10 +168,8 @@ backend be_tcp
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	h.pid = cmd.Process.Pid
-	// Readiness: haproxy binds both frontends before it accepts on either.
-	startDaemon(b, "haproxy", cmd, h.TCP, out.String)
-	return h
+	startDaemon(b, "haproxy", cmd, addr, out.String)
+	return cmd.Process.Pid
 }
 
 // haproxyVIP is HAProxy standing where pepd's VIP stands in
@@ -178,19 +192,16 @@ type haproxyVIP struct {
 // The TLS frontend's certificate is a new one from ca for the VIP's names;
 // TLS 1.2 at least, as pepd's.
 func startHAProxyVIP(b *testing.B, squid string, proxyProtocol bool, ca *viptlstest.CA, authority string) *haproxyVIP {
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		if bin, err = exec.LookPath("/usr/sbin/haproxy"); err != nil {
-			return nil
-		}
+	bin := haproxyBin()
+	if bin == "" {
+		return nil
 	}
-	dir := b.TempDir()
 	now := time.Now()
 	cert, key, err := ca.Issue([]string{"vip.test", testVIP.String()}, now.Add(-time.Hour), now.Add(24*time.Hour))
 	if err != nil {
 		b.Fatal(err)
 	}
-	pemFile := filepath.Join(dir, "vip.pem")
+	pemFile := filepath.Join(b.TempDir(), "vip.pem")
 	if err := os.WriteFile(pemFile, append(cert, key...), 0o600); err != nil {
 		b.Fatal(err)
 	}
@@ -220,19 +231,7 @@ backend be_squid
 	http-request set-header Host %s
 	server squid %s%s
 `, h.Plain, h.TLS, pemFile, authority, authority, squid, send)
-	path := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-db", "-f", path)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	h.pid = cmd.Process.Pid
-	// Readiness: haproxy binds every frontend before it accepts on any.
-	startDaemon(b, "haproxy", cmd, h.TLS, out.String)
+	h.pid = runHAProxy(b, bin, conf, h.TLS)
 	return h
 }
 
