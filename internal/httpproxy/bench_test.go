@@ -661,7 +661,7 @@ func BenchmarkH2CPU(b *testing.B) {
 	d := time.Duration(secs) * time.Second
 	self, squidPid := os.Getpid(), sq.Cmd.Process.Pid
 	type result struct {
-		pep, user, sys, squid, ratio, peerRatio, rate float64
+		cpu, user, sys, squid, ratio, peerRatio, rate float64
 		p99                                           time.Duration
 	}
 	res := map[string][]result{}
@@ -694,19 +694,19 @@ func BenchmarkH2CPU(b *testing.B) {
 				perf.Wait()
 				syscalls[ph.label] = perfPerRequest(perfOut.String(), r.n) // the last round's
 			}
-			pep := float64(p1-p0) / float64(r.n) / 1e3
+			cpu := float64(p1-p0) / float64(r.n) / 1e3 // pepd's, or haproxy's in its phases
 			switch ph.label {
 			case "relay-h1":
-				relay = pep
+				relay = cpu
 			case "haproxy-h1":
-				peerBase = pep
+				peerBase = cpu
 			}
 			peerRatio := 0.0
 			if ph.pid != 0 {
-				peerRatio = pep / peerBase
+				peerRatio = cpu / peerBase
 			}
 			perReq := func(t time.Duration) float64 { return float64(t) / float64(r.n) / 1e3 }
-			res[ph.label] = append(res[ph.label], result{pep, perReq(u1 - u0), perReq(k1 - k0), perReq(s1 - s0), pep / relay, peerRatio, float64(r.n) / d.Seconds(), r.p99})
+			res[ph.label] = append(res[ph.label], result{cpu, perReq(u1 - u0), perReq(k1 - k0), perReq(s1 - s0), cpu / relay, peerRatio, float64(r.n) / d.Seconds(), r.p99})
 		}
 	}
 	b.StopTimer()
@@ -716,7 +716,7 @@ func BenchmarkH2CPU(b *testing.B) {
 	if ps, hs := res["h2-c1m8"], res["haproxy-h2-c1m8"]; len(hs) > 0 && len(ps) == len(hs) {
 		rr := make([]float64, len(ps))
 		for i := range ps {
-			rr[i] = ps[i].pep / hs[i].pep
+			rr[i] = ps[i].cpu / hs[i].cpu
 		}
 		slices.Sort(rr)
 		b.ReportMetric(rr[len(rr)/2], "h2-c1m8-vs-haproxy")
@@ -726,7 +726,7 @@ func BenchmarkH2CPU(b *testing.B) {
 		rs := res[ph.label]
 		slices.SortFunc(rs, func(x, y result) int { return cmp.Compare(x.ratio, y.ratio) })
 		m := rs[len(rs)/2]
-		b.ReportMetric(m.pep, ph.label+"-cpu-µs/req")
+		b.ReportMetric(m.cpu, ph.label+"-cpu-µs/req")
 		b.ReportMetric(m.ratio, ph.label+"-ratio")
 		b.ReportMetric(float64(m.p99.Microseconds()), ph.label+"-p99-µs")
 		who, peer := "pepd", ""
@@ -750,7 +750,7 @@ func BenchmarkH2CPU(b *testing.B) {
 		}
 		// One line per phase: a benchmark's log keeps 10 lines.
 		b.Logf("%-17s %-7s %6.1f µs/req (x%.2f relay-h1; min x%.2f, max x%.2f over %d rounds%s; user %.1f, system %.1f), squid %5.1f µs/req, %6.0f req/s, p99 %v%s",
-			ph.label, who, m.pep, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), peer, m.user, m.sys, m.squid, m.rate, m.p99, sc)
+			ph.label, who, m.cpu, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), peer, m.user, m.sys, m.squid, m.rate, m.p99, sc)
 	}
 	b.Logf("upstream connections to squid opened: %v", testutilValue(p.M.upstreamConns))
 }
