@@ -91,6 +91,7 @@ func TestErrors(t *testing.T) {
 		{"hints window", "hints:\n  window: 40\n", `bad.yaml:2: hints.window: 40 is outside 1..32`},
 		{"hints share", "hints:\n  enabled: true\n  share: 0\n", `bad.yaml:3: hints.share: 0 is outside (0, 1]`},
 		{"hints load window", "hints:\n  load_window: 10ms\n", `bad.yaml:2: hints.load_window: 10ms is below 1s`},
+		{"hints preload_as", "hints:\n  preload_as: [style, video]\n", `bad.yaml:2: hints.preload_as: "video" is not one of style, font, script, image, fetch`},
 		// Each section's Validate is in its component; the path gets its
 		// section and the line here (issue 28).
 		{"optimize deadline", "optimize:\n  deadline: -1s\n", `bad.yaml:2: optimize.deadline: -1s must not be negative`},

@@ -1,6 +1,8 @@
 package hints
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"pep/internal/config/field"
@@ -34,6 +36,11 @@ type Config struct {
 	// MaxHintBytes caps the sum of the hinted URLs' sizes for one
 	// document. Default 1MiB.
 	MaxHintBytes field.ByteSize `yaml:"max_hint_bytes"`
+	// PreloadAs are the destinations sent to the browser as Link preload
+	// fields: "style", "font", "script", "image", "fetch"
+	// (Options.PreloadAs). The page's learned URLs of other destinations
+	// are only fetched ahead into Squid (with Prefetch). Default all five.
+	PreloadAs []string `yaml:"preload_as"`
 	// Prefetch asks Squid for a document's hinted URLs as the document
 	// request arrives. Default true.
 	Prefetch bool `yaml:"prefetch"`
@@ -49,7 +56,7 @@ type Config struct {
 // zero Options field).
 func DefaultConfig() Config {
 	return Config{MaxPages: 10000, MaxURLs: 64, Window: 8, Share: 0.5, LoadWindow: 30 * time.Second, MaxHints: 20,
-		MaxHintBytes: 1 << 20, Prefetch: true, PrefetchPerSubscriber: 8, PrefetchMax: 256}
+		MaxHintBytes: 1 << 20, PreloadAs: slices.Clone(Destinations), Prefetch: true, PrefetchPerSubscriber: 8, PrefetchMax: 256}
 }
 
 // Validate returns the first invalid field as a *field.Error whose path
@@ -65,14 +72,32 @@ func (c Config) Validate() error {
 		field.AtLeast("max_hint_bytes", c.MaxHintBytes, 1),
 		field.AtLeast("prefetch_per_subscriber", c.PrefetchPerSubscriber, 1),
 		field.AtLeast("prefetch_max", c.PrefetchMax, 1),
+		c.validPreloadAs(),
 	)
+}
+
+// Destinations are the request destinations the learner tells apart
+// (Destination's results), the values of Config.PreloadAs.
+var Destinations = []string{"style", "font", "script", "image", "fetch"}
+
+func (c Config) validPreloadAs() error {
+	if len(c.PreloadAs) == 0 {
+		return field.Errorf("preload_as", "is empty; want some of %s (no hints at all: enabled: false)", strings.Join(Destinations, ", "))
+	}
+	for _, as := range c.PreloadAs {
+		if !field.OneOf(as, Destinations...) {
+			return field.Errorf("preload_as", "%q is not one of %s", as, strings.Join(Destinations, ", "))
+		}
+	}
+	return nil
 }
 
 // Options returns the learner's Options for c with the https origins
 // that are pepd's own (Options.Origins).
 func (c Config) Options(origins []string) Options {
 	return Options{MaxPages: c.MaxPages, MaxURLs: c.MaxURLs, Window: c.Window, Share: c.Share,
-		LoadWindow: c.LoadWindow, MaxHints: c.MaxHints, MaxHintBytes: int64(c.MaxHintBytes), Origins: origins}
+		LoadWindow: c.LoadWindow, MaxHints: c.MaxHints, MaxHintBytes: int64(c.MaxHintBytes),
+		PreloadAs: slices.Clone(c.PreloadAs), Origins: origins}
 }
 
 // PrefetchBounds returns the bounds of the fetches ahead in flight, per

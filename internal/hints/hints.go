@@ -80,6 +80,12 @@ type Options struct {
 	// one document, in bytes (default 1 MiB), so that preloads cannot
 	// crowd out what the parser finds itself on a slow link.
 	MaxHintBytes int64
+	// PreloadAs are the destinations (Hint.As values) that are preloaded:
+	// sent to the browser as Link fields and counted as hints. A learned
+	// URL of another destination is only fetched ahead into Squid
+	// (Hint.Preload false): it costs the radio link nothing and cannot
+	// take an earlier image's share of it. Empty: every destination.
+	PreloadAs []string
 	// Origins are https origins that are pepd's own (issue 25's VIP,
 	// "https://192.0.2.12", "https://192.0.2.12:8443" per shard): their
 	// URLs are learned and hinted like http ones. Every other https URL
@@ -119,8 +125,9 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Hint is one subresource to preload: its URL as the browser will request
-// it, and the request destination for Link's `as` attribute.
+// Hint is one learned subresource of a page: its URL as the browser will
+// request it, the request destination for Link's `as` attribute, and
+// whether it is preloaded or only fetched ahead.
 type Hint struct {
 	// URL is absolute, http only.
 	URL string
@@ -129,6 +136,10 @@ type Hint struct {
 	// Bytes is the size of the response last seen for URL (body bytes as
 	// sent to the subscriber), 0 when unknown.
 	Bytes int64
+	// Preload is set when As is one of Options.PreloadAs: the hint goes
+	// to the browser (Link), counted in Counts.Hinted; otherwise it is
+	// only fetched ahead into Squid.
+	Preload bool
 }
 
 // Link formats h as one Link field value (RFC 8288 §3): `<URL>;
@@ -285,7 +296,8 @@ func longDigits(v string) bool {
 }
 
 // Document starts sub's load of the document docURL at now and returns the
-// hints for it (nil when the page has too few loads, none qualifies, or
+// hints for it, preloaded and fetched-ahead ones together in the order the
+// browser needs them (Hint.Preload tells them apart; nil when the page has too few loads, none qualifies, or
 // private is set). docURL is the URL the browser navigated to (absolute
 // http, or https on one of Options.Origins). A private load (CK-Private)
 // ends sub's previous load and is neither learned nor hinted.
@@ -304,13 +316,16 @@ func (l *Learner) Document(sub netip.Addr, docURL string, private bool, now time
 	ld := &load{sub: sub, page: p, start: now, seen: map[string]*entry{}, used: map[string]bool{}, hosts: map[string]bool{}}
 	ld.host = hostOf(docURL)
 	hs := l.hints(p)
-	if len(hs) > 0 {
-		ld.hinted = make(map[string]Hint, len(hs))
-		for _, h := range hs {
-			ld.hinted[h.URL] = h
+	for _, h := range hs {
+		if !h.Preload {
+			continue
 		}
-		l.c.HintedLoads++
-		l.c.Hinted += int64(len(hs))
+		if ld.hinted == nil {
+			ld.hinted = make(map[string]Hint, len(hs))
+			l.c.HintedLoads++
+		}
+		ld.hinted[h.URL] = h
+		l.c.Hinted++
 	}
 	for l.order.Len() >= l.o.MaxLoads {
 		l.end(l.order.Front().Value.(*load))
@@ -524,8 +539,10 @@ func (l *Learner) page(key string) *page {
 	return p
 }
 
-// hints returns p's qualifying URLs, most often seen first, within MaxHints
-// and MaxHintBytes.
+// hints returns p's qualifying URLs, chosen most often seen first: the
+// preloaded ones within MaxHints and MaxHintBytes, the fetch-only ones
+// (Options.PreloadAs) within MaxHints; in the order the browser needs
+// them.
 func (l *Learner) hints(p *page) []Hint {
 	if p.loads < l.o.MinLoads {
 		return nil
@@ -571,23 +588,44 @@ func (l *Learner) hints(p *page) []Hint {
 		}
 		return needed(a, b)
 	})
+	// Preloads within MaxHints and MaxHintBytes (the first that does not
+	// fit ends them); fetch-only URLs within MaxHints (they do not cross
+	// the radio link).
 	var total int64
-	n = 0
+	preloads, fetches, full := 0, 0, false
+	chosen := cs[:0]
 	for _, c := range cs {
-		if n == l.o.MaxHints || total+c.h.Bytes > l.o.MaxHintBytes {
-			break
+		if l.preloads(c.h.As) {
+			if full || preloads == l.o.MaxHints || total+c.h.Bytes > l.o.MaxHintBytes {
+				full = true
+				continue
+			}
+			total += c.h.Bytes
+			preloads++
+			c.h.Preload = true
+		} else {
+			if fetches == l.o.MaxHints {
+				continue
+			}
+			fetches++
 		}
-		total += c.h.Bytes
-		n++
+		chosen = append(chosen, c)
 	}
 	// The chosen ones in the order the browser needs them.
-	cs = cs[:n]
+	cs = chosen
+	n = len(cs)
 	slices.SortFunc(cs, needed)
 	out := make([]Hint, n)
 	for i, c := range cs {
 		out[i] = c.h
 	}
 	return out
+}
+
+// preloads reports whether destination as is preloaded (Options.PreloadAs;
+// empty: all).
+func (l *Learner) preloads(as string) bool {
+	return len(l.o.PreloadAs) == 0 || slices.Contains(l.o.PreloadAs, as)
 }
 
 // asOrder ranks destinations as a browser's preload scanner would need

@@ -465,3 +465,43 @@ func TestHintOrder(t *testing.T) {
 	}
 	check("capped at 3", hs, []string{"site.css", "app.js", "m-logo.png"})
 }
+
+// TestPreloadAsFetchOnly: with PreloadAs style and font, a page whose
+// stylesheet names a font and an image gets the stylesheet and the font as
+// preloads on its second load and the image as fetch-only (Preload false,
+// in the browser's order after them); only the preloads count as hints,
+// and the image, requested by the load, counts neither used nor unused.
+func TestPreloadAsFetchOnly(t *testing.T) {
+	l := New(Options{PreloadAs: []string{"style", "font"}})
+	doc := "http://www.site.test/index.html"
+	deps := [][2]string{
+		{"http://cdn.site.test/bg.png", "image/png"},
+		{"http://cdn.site.test/site.css", "text/css"},
+		{"http://cdn.site.test/font.woff2", "font/woff2"},
+	}
+	loadPage(l, sub1, doc, t0, deps...)
+	hs := loadPage(l, sub2, doc, t0.Add(time.Minute), deps...)
+	var got []string
+	for _, h := range hs {
+		got = append(got, fmt.Sprintf("%s %s %v", h.URL, h.As, h.Preload))
+	}
+	want := []string{"http://cdn.site.test/site.css style true", "http://cdn.site.test/font.woff2 font true",
+		"http://cdn.site.test/bg.png image false"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("second load's hints:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	l.Flush(t0.Add(time.Hour))
+	if c := l.Counts(); c.Hinted != 2 || c.HintedLoads != 1 || c.Used != 2 || c.Unused != 0 {
+		t.Errorf("counts %+v: want 2 hinted (the preloads), 2 used, 1 hinted load", c)
+	}
+	// A page with only images learned gets them fetched ahead, no preload.
+	img := "http://www.site.test/gallery.html"
+	loadPage(l, sub1, img, t0.Add(2*time.Hour), deps[0])
+	hs = loadPage(l, sub2, img, t0.Add(3*time.Hour), deps[0])
+	if len(hs) != 1 || hs[0].Preload {
+		t.Errorf("images-only page's hints %+v: want the image, fetch only", hs)
+	}
+	if c := l.Counts(); c.HintedLoads != 1 {
+		t.Errorf("hinted loads %d after a page with no preload, want 1", c.HintedLoads)
+	}
+}

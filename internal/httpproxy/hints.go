@@ -103,7 +103,7 @@ func (p *Proxy) hintResponse(ri *reqInfo, status int, contentType, cacheControl 
 	}
 	if hr.doc {
 		ct, _, _ := strings.Cut(contentType, ";")
-		if status != http.StatusOK || !strings.EqualFold(strings.TrimSpace(ct), "text/html") || len(hr.hints) == 0 {
+		if status != http.StatusOK || !strings.EqualFold(strings.TrimSpace(ct), "text/html") {
 			return nil
 		}
 		return hintLinks(hr.hints)
@@ -116,11 +116,14 @@ func (p *Proxy) hintResponse(ri *reqInfo, status int, contentType, cacheControl 
 	return nil
 }
 
-// hintLinks formats hs as Link field values, one per hint.
+// hintLinks formats the preloaded ones of hs as Link field values, one
+// per hint; nil when none is (the others are only fetched ahead).
 func hintLinks(hs []hints.Hint) []string {
-	links := make([]string, len(hs))
-	for i, x := range hs {
-		links[i] = x.Link()
+	var links []string
+	for _, x := range hs {
+		if x.Preload {
+			links = append(links, x.Link())
+		}
 	}
 	return links
 }
@@ -139,7 +142,11 @@ func hintLinks(hs []hints.Hint) []string {
 // one (see the README's "Dependency hints").
 func (p *Proxy) earlyHints(ri *reqInfo, proto int) {
 	hr := &ri.hint
-	if proto < 2 || !hr.doc || len(hr.hints) == 0 {
+	if proto < 2 || !hr.doc {
+		return
+	}
+	links := hintLinks(hr.hints)
+	if links == nil {
 		return
 	}
 	fw, ok := ri.w.(*flushLockWriter)
@@ -154,7 +161,7 @@ func (p *Proxy) earlyHints(ri *reqInfo, proto int) {
 	defer fw.mu.Unlock()
 	h := w.Header()
 	saved := h["Link"]
-	h["Link"] = hintLinks(hr.hints)
+	h["Link"] = links
 	// net/http writes a 1xx head with the header map at this moment
 	// (HTTP/2: one HEADERS frame, written before WriteHeader returns)
 	// and keeps the map for the final response.
@@ -239,7 +246,7 @@ func (p *Proxy) originURL(u string) (*url.URL, error) {
 	return t, nil
 }
 
-// prefetch asks Squid for each hinted URL as the subscriber sub (same
+// prefetch asks Squid for each hinted URL, preloaded or not, as the subscriber sub (same
 // PROXY identity, same pool), with the document's Accept-Encoding and
 // User-Agent and the destination's Accept, and discards the bodies. Only
 // learned URLs are hinted, and the learner keeps only cacheable ones.

@@ -54,12 +54,13 @@ var hintPages = map[string]page{
 
 // hintsWorld is DNS, origin, a real Squid (PROXY protocol) and pepd in
 // mode md with hints on (load window 1 s, fetch ahead bounded at 4 per
-// subscriber), on the relay or the standard library path.
-func hintsWorld(t *testing.T, md mode.Mode, stdlib bool) (*pepd, *squid, *origin, *Hints) {
+// subscriber; preloadAs as hints.Options.PreloadAs, nil: all), on the
+// relay or the standard library path.
+func hintsWorld(t *testing.T, md mode.Mode, stdlib bool, preloadAs ...string) (*pepd, *squid, *origin, *Hints) {
 	t.Helper()
 	ns, o, sq := siteStack(t, hintPages)
 	port := o.Addr.Port()
-	l := hints.New(hints.Options{LoadWindow: time.Second})
+	l := hints.New(hints.Options{LoadWindow: time.Second, PreloadAs: preloadAs})
 	sw := hints.NewSwitch(true)
 	m, err := hints.Register(prometheus.NewRegistry(), l, sw)
 	if err != nil {
@@ -190,8 +191,22 @@ func TestHintsThroughSquid(t *testing.T) {
 // image (max-age 2 s) went stale after the teaching load; the fetch ahead
 // refreshes it from the origin; the browser's request then reaches Squid
 // only (origin count unchanged, TCP_HIT or TCP_MEM_HIT in access.log).
+// With hints.preload_as not naming images ("fetch only") the image gets
+// no Link field and is fetched ahead all the same.
 func TestHintsFetchAhead(t *testing.T) {
-	p, sq, o, h := hintsWorld(t, mode.Off, false)
+	for _, c := range []struct {
+		name      string
+		preloadAs []string
+		links     int
+	}{{"preloaded", nil, 1}, {"fetch only", []string{"style", "font"}, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			testFetchAhead(t, c.preloadAs, c.links)
+		})
+	}
+}
+
+func testFetchAhead(t *testing.T, preloadAs []string, wantLinks int) {
+	p, sq, o, h := hintsWorld(t, mode.Off, false, preloadAs...)
 	doc := "http://www.site.test:" + o.Port + "/ahead.html"
 	img := "http://img.cdn.test:" + o.Port + "/ahead.png"
 	c := p.client("127.0.0.13")
@@ -205,8 +220,8 @@ func TestHintsFetchAhead(t *testing.T) {
 	// refreshed twice, 11 ms apart).
 	time.Sleep(3100 * time.Millisecond)
 	c = p.client("127.0.0.14")
-	if links := fetch(t, c, doc, navAccept, "", "Mozilla/5.0"); len(links) != 1 {
-		t.Fatalf("second load's Link %q, want the image", links)
+	if links := fetch(t, c, doc, navAccept, "", "Mozilla/5.0"); len(links) != wantLinks {
+		t.Fatalf("second load's Link %q, want %d (the image)", links, wantLinks)
 	}
 	pf := h.Metrics.Prefetches
 	deadline := time.Now().Add(testenv.Scale(5 * time.Second))
