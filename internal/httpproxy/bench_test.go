@@ -342,10 +342,7 @@ func BenchmarkCachedRequestCPU(b *testing.B) {
 	for _, pp := range []bool{true, false} {
 		name := map[bool]string{true: "proxy-protocol", false: "xff"}[pp]
 		b.Run(name, func(b *testing.B) {
-			sc := siteSquidConf(b, ns, siteRecords, port)
-			sc.ProxyProtocol = pp
-			plain := "127.0.0.1:" + freePort(b)
-			sq := startSquidExtra(b, sc, "http_port "+plain+"\n")
+			sq, plain := startSquidPlainPort(b, ns, port, pp)
 			opts := pepdOpts{squid: sq.Addr, proxyProtocol: pp, resolver: ns.Addr, mode: mode.URL,
 				subscribers: []string{"127.0.0.0/8"}, allow: []string{originIP + "/32"}, ports: []uint16{port}}
 			relay := startPepd(b, opts)
@@ -606,14 +603,8 @@ func BenchmarkH2CPU(b *testing.B) {
 	ns := startDNS(b, siteRecords)
 	o := startOrigin(b, originIP, pages)
 	port := o.Addr.Port()
-	// siteStack's Squid (PROXY protocol, for pepd) with a plain port for
-	// HAProxy: HAProxy makes connections that carry a PROXY header private
-	// and opened one to Squid per request (27,470 for 27,477 requests in
-	// a 2 s phase), which doubled Squid's cost and HAProxy's own.
-	sc := siteSquidConf(b, ns, siteRecords, port)
-	sc.ProxyProtocol = true
-	plain := "127.0.0.1:" + freePort(b)
-	sq := startSquidExtra(b, sc, "http_port "+plain+"\n")
+	// PROXY protocol for pepd, the plain port for HAProxy.
+	sq, plain := startSquidPlainPort(b, ns, port, true)
 	// pepd logs errors only: debug lines per request would be measured,
 	// and the warnings of requests h2load cancels when a phase ends
 	// ("context canceled") would take the lines a benchmark may print.
@@ -727,9 +718,9 @@ func BenchmarkH2CPU(b *testing.B) {
 		for i := range ps {
 			rr[i] = ps[i].cpu / hs[i].cpu
 		}
-		slices.Sort(rr)
-		b.ReportMetric(rr[len(rr)/2], "h2-c1m8-vs-haproxy")
-		vsPeer = fmt.Sprintf("; x%.2f haproxy-h2-c1m8, min x%.2f, max x%.2f", rr[len(rr)/2], rr[0], rr[len(rr)-1])
+		med, lo, hi := medianSpread(rr)
+		b.ReportMetric(med, "h2-c1m8-vs-haproxy")
+		vsPeer = fmt.Sprintf("; x%.2f haproxy-h2-c1m8, min x%.2f, max x%.2f", med, lo, hi)
 	}
 	for _, ph := range phases {
 		rs := res[ph.label]
@@ -746,9 +737,9 @@ func BenchmarkH2CPU(b *testing.B) {
 			for i, r := range rs {
 				prs[i] = r.peerRatio
 			}
-			slices.Sort(prs)
-			b.ReportMetric(prs[len(prs)/2], ph.label+"-peer-ratio")
-			peer = fmt.Sprintf("; x%.2f haproxy-h1, min x%.2f, max x%.2f", prs[len(prs)/2], prs[0], prs[len(prs)-1])
+			med, lo, hi := medianSpread(prs)
+			b.ReportMetric(med, ph.label+"-peer-ratio")
+			peer = fmt.Sprintf("; x%.2f haproxy-h1, min x%.2f, max x%.2f", med, lo, hi)
 		}
 		if ph.label == "h2-c1m8" {
 			peer = vsPeer
@@ -762,6 +753,28 @@ func BenchmarkH2CPU(b *testing.B) {
 			ph.label, who, m.cpu, m.ratio, rs[0].ratio, rs[len(rs)-1].ratio, len(rs), peer, m.user, m.sys, m.squid, m.rate, m.p99, sc)
 	}
 	b.Logf("upstream connections to squid opened: %v", testutilValue(p.M.upstreamConns))
+}
+
+// medianSpread sorts xs (one value per round, at least one) and returns
+// its median (the upper one of an even count, as the rounds' reports
+// take), minimum and maximum.
+func medianSpread(xs []float64) (med, lo, hi float64) {
+	slices.Sort(xs)
+	return xs[len(xs)/2], xs[0], xs[len(xs)-1]
+}
+
+// startSquidPlainPort starts siteStack's Squid for the origin on port
+// (PROXY protocol on its main port when pp) with a second, plain port,
+// and returns it and that port's address: the peers in the benchmarks
+// (HAProxy, the byte forwarders, Squid alone) use the plain port; HAProxy
+// makes connections that carry a PROXY header private and opened one to
+// Squid per request (27,470 for 27,477 requests in a 2 s phase), which
+// doubled Squid's cost and HAProxy's own.
+func startSquidPlainPort(b *testing.B, ns *dnsServer, port uint16, pp bool) (*squid, string) {
+	sc := siteSquidConf(b, ns, siteRecords, port)
+	sc.ProxyProtocol = pp
+	plain := "127.0.0.1:" + freePort(b)
+	return startSquidExtra(b, sc, "http_port "+plain+"\n"), plain
 }
 
 // envPositive is the environment variable name as a positive integer, def
