@@ -53,6 +53,9 @@ type HintsRow struct {
 	// UnusedBytes their sizes).
 	Sent, Used, Unused int
 	UnusedBytes        int64
+	// Fetched and Busy are the fetches ahead Squid answered and those not
+	// made for the bounds (Record.HintsFetchedAhead, HintsFetchBusy).
+	Fetched, Busy int
 	// RadioBytes is what crossed the radio link (up and down) in the
 	// mode's loads; HARRadioBytes in those that have a HAR analysed.
 	RadioBytes, HARRadioBytes int64
@@ -98,6 +101,8 @@ func hintsRow(v View, r *Results, tv TimeView, mode, base string) HintsRow {
 		row.Used += rec.HintsUsed
 		row.Unused += rec.HintsUnused
 		row.UnusedBytes += rec.HintsUnusedBytes
+		row.Fetched += rec.HintsFetchedAhead
+		row.Busy += rec.HintsFetchBusy
 		b := rec.LinkUpBytes + rec.LinkDnBytes
 		row.RadioBytes += b
 		radio[[2]any{rec.Page, rec.Run}] = b
@@ -191,17 +196,20 @@ func writeHints(b *bytes.Buffer, v View, r *Results, tv TimeView) {
 		"Sent, used, unused: pepd's pep_hints_* counters, read after each load (a load is counted when the next one starts; " +
 		"the session's last one when DELETE /hints ends it); pepd counts a hinted URL used when the subscriber requested it " +
 		"during the load, and the browser's own preload request is such a request. " +
+		"Fetched ahead: the URLs pepd asked Squid for as the document arrived (preloaded ones and those only fetched ahead, " +
+		"hints.preload_as), with those not asked for because a bound was reached (busy). " +
 		"Preloads: requests the HAR shows Chromium started from the Link headers (initiator other, no initiator URL). " +
 		"Never needed: preloaded URLs that no load of the same page without hints requested, the bytes the hints wasted; " +
 		"their share of the radio bytes (up and down, the loads with a HAR) is the one the issue bounds at 3 %. " +
 		"Chain: the longest initiator chain in levels (a preloaded URL hangs off the document: a font named in a stylesheet " +
 		"is level 3 without hints, 2 with).\n\n")
-	b.WriteString("| mode | loads | hints sent / load | used | unused (bytes) | preloads / load (HAR) | preloaded bytes | never needed (bytes) | never needed / radio bytes | chain levels | PLT s | LCP s |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| mode | loads | hints sent / load | used | unused (bytes) | fetched ahead / load (busy) | preloads / load (HAR) | preloaded bytes | never needed (bytes) | never needed / radio bytes | chain levels | PLT s | LCP s |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range rows {
-		sent, used, unused, never, neverShare := "–", "–", "–", "–", "–"
+		sent, used, unused, fetched, never, neverShare := "–", "–", "–", "–", "–", "–"
 		if x.Base != "" {
 			sent, used = perLoad(x.Sent, x.Loads), fmt.Sprint(x.Used)
+			fetched = fmt.Sprintf("%s (%d)", perLoad(x.Fetched, x.Loads), x.Busy)
 			unused = fmt.Sprintf("%d (%.1f kB)", x.Unused, float64(x.UnusedBytes)/1000)
 			never = fmt.Sprintf("%d (%.1f kB)", x.NeverUsed, float64(x.NeverUsedBytes)/1000)
 			if x.Unjudged > 0 {
@@ -215,8 +223,8 @@ func writeHints(b *bytes.Buffer, v View, r *Results, tv TimeView) {
 			preBytes = fmt.Sprintf("%.1f kB", float64(x.PreloadBytes)/1000)
 			chain = fmt.Sprintf("%.0f (%.0f-%.0f)", x.Chain.Median, x.Chain.Min, x.Chain.Max)
 		}
-		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.Mode, x.Loads, sent, used, unused,
-			pre, preBytes, never, neverShare, chain, secondsOrDash(x.PLT), secondsOrDash(x.LCP))
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.Mode, x.Loads, sent, used, unused,
+			fetched, pre, preBytes, never, neverShare, chain, secondsOrDash(x.PLT), secondsOrDash(x.LCP))
 	}
 	b.WriteString("\n")
 }

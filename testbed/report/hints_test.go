@@ -30,7 +30,8 @@ func hintsHAR(t *testing.T, dir, name string, onLoad float64, es ...[6]any) stri
 // TestHintsSection: a page whose stylesheet names a font, loaded without
 // hints (chain document > stylesheet > font: 3 levels) and with hints
 // (stylesheet, font and an image the page never needs preloaded from the
-// document's Link headers: 2 levels); pepd's counters from the records.
+// document's Link headers: 2 levels); pepd's counters from the records,
+// the fetches ahead among them.
 // The section is compared with testdata/hints.md (go test -update) and
 // its figures are written out.
 func TestHintsSection(t *testing.T) {
@@ -56,6 +57,7 @@ func TestHintsSection(t *testing.T) {
 			if m == "url+hints" {
 				rec.PLTms, rec.LCPms, rec.HAR = 2000, 1500, on
 				rec.HintsSent, rec.HintsUsed, rec.HintsUnused, rec.HintsUnusedBytes = 3, 3, 0, 0
+				rec.HintsFetchedAhead, rec.HintsFetchBusy = 4, run-1
 				if run == 2 {
 					rec.HintsUsed, rec.HintsUnused, rec.HintsUnusedBytes = 2, 1, 3000
 				}
@@ -93,11 +95,12 @@ func TestHintsSection(t *testing.T) {
 	}
 	for _, s := range []string{
 		// No hints: no preload, chain of 3.
-		"| url | 2 | – | – | – | 0.0 | 0.0 kB | – | – | 3 (3-3) | 3.00 | 2.50 |",
-		// Hints: 3 sent per load, 5 used, 1 unused of 3 kB (pepd); 3
+		"| url | 2 | – | – | – | – | 0.0 | 0.0 kB | – | – | 3 (3-3) | 3.00 | 2.50 |",
+		// Hints: 3 sent per load, 5 used, 1 unused of 3 kB, 4 fetched
+		// ahead per load and 1 busy (pepd); 3
 		// preloads per load of 28 kB each, the image never needed
 		// (2 x 3 kB of 2 x 100 kB radio bytes: 3.0 %); chain of 2.
-		"| url+hints | 2 | 3.0 | 5 | 1 (3.0 kB) | 3.0 | 56.0 kB | 2 (6.0 kB) | 3.0 % | 2 (2-2) | 2.00 | 1.50 |",
+		"| url+hints | 2 | 3.0 | 5 | 1 (3.0 kB) | 4.0 (1) | 3.0 | 56.0 kB | 2 (6.0 kB) | 3.0 % | 2 (2-2) | 2.00 | 1.50 |",
 	} {
 		if !strings.Contains(string(sec), s) {
 			t.Errorf("hints section lacks %q:\n%s", s, sec)

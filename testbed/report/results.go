@@ -112,6 +112,13 @@ type Record struct {
 	HintsUsed        int   `json:"hints_used,omitempty"`
 	HintsUnused      int   `json:"hints_unused,omitempty"`
 	HintsUnusedBytes int64 `json:"hints_unused_bytes,omitempty"`
+	// HintsFetchedAhead is the fetches ahead into Squid that this load's
+	// document started and Squid answered (pep_hints_prefetches_total,
+	// outcomes hit and miss: preloaded URLs and those only fetched ahead,
+	// hints.preload_as), HintsFetchBusy those not made because the
+	// subscriber's or the overall bound was reached (outcome busy).
+	HintsFetchedAhead int `json:"hints_fetched_ahead,omitempty"`
+	HintsFetchBusy    int `json:"hints_fetch_busy,omitempty"`
 
 	// The optimizer's outcomes, +opt modes only (pepd's
 	// pep_optimize_transforms_total and pep_optimize_skipped_total, read

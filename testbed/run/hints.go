@@ -12,8 +12,10 @@ import (
 	"pep/testbed/report"
 )
 
-// hintCounts are pepd's pep_hints_* counters that the report needs.
-type hintCounts struct{ sent, used, unused, unusedBytes float64 }
+// hintCounts are pepd's pep_hints_* counters that the report needs:
+// fetched counts fetches ahead Squid answered (outcome hit or miss), busy
+// those not made for the bounds.
+type hintCounts struct{ sent, used, unused, unusedBytes, fetched, busy float64 }
 
 // hintCounts reads pepd's hint counters from its /metrics.
 func (p *pep) hintCounts() (hintCounts, error) {
@@ -35,11 +37,15 @@ func readCounts[T any](p *pep, what string, parse func(string) (T, error)) (T, e
 // number is an error.
 func parseHintCounts(m string) (hintCounts, error) {
 	var c hintCounts
+	var hit, miss float64
 	err := parseSeries(m, map[string]*float64{"pep_hints_sent_total": &c.sent, "pep_hints_used_total": &c.used,
-		"pep_hints_unused_total": &c.unused, "pep_hints_unused_bytes_total": &c.unusedBytes})
+		"pep_hints_unused_total": &c.unused, "pep_hints_unused_bytes_total": &c.unusedBytes,
+		`pep_hints_prefetches_total{outcome="hit"}`: &hit, `pep_hints_prefetches_total{outcome="miss"}`: &miss,
+		`pep_hints_prefetches_total{outcome="busy"}`: &c.busy})
 	if err != nil {
 		return hintCounts{}, err
 	}
+	c.fetched = hit + miss
 	return c, nil
 }
 
@@ -65,7 +71,7 @@ func parseSeries(m string, dst map[string]*float64) error {
 
 // hintTally credits pepd's hint counters to a +hints session's records
 // (report.Record's Hints* fields): read after each load, the hints sent
-// go to that load, the used and unused to the load before it (a load is
+// and the fetches ahead (made when the document arrived) go to that load, the used and unused to the load before it (a load is
 // counted when it ends, at the subscriber's next document; at the first
 // load of the session that is the teaching pass's last, dropped).
 type hintTally struct {
@@ -91,7 +97,10 @@ func (h *hintTally) afterLoad(recs []report.Record) error {
 	if err != nil {
 		return err
 	}
-	recs[len(recs)-1].HintsSent += int(c.sent - h.last.sent)
+	cur := &recs[len(recs)-1]
+	cur.HintsSent += int(c.sent - h.last.sent)
+	cur.HintsFetchedAhead += int(c.fetched - h.last.fetched)
+	cur.HintsFetchBusy += int(c.busy - h.last.busy)
 	if len(recs) > 1 {
 		credit(&recs[len(recs)-2], h.last, c)
 	}
