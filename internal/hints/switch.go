@@ -22,7 +22,10 @@ func NewSwitch(on bool) *Switch { return mode.NewToggle(on) }
 // Prefetch outcomes, the values of pep_hints_prefetches_total's outcome
 // label: a fetch ahead that Squid answered from its cache (hit) or
 // fetched from the origin (miss), one that failed (error), one not made
-// because the subscriber's or the overall bound was reached (busy).
+// because no slot was free when its document arrived: the subscriber's or
+// the overall bound on fetches in flight was reached (busy; a document
+// that gets a slot has all its URLs fetched, a slot's worker taking one
+// after another).
 var PrefetchOutcomes = []string{"hit", "miss", "error", "busy"}
 
 // Metrics are the hints' Prometheus series (Register).

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"pep/internal/cachepolicy"
@@ -246,71 +247,93 @@ func (p *Proxy) originURL(u string) (*url.URL, error) {
 	return t, nil
 }
 
-// prefetch asks Squid for each hinted URL, preloaded or not, as the subscriber sub (same
-// PROXY identity, same pool), with the document's Accept-Encoding and
-// User-Agent and the destination's Accept, and discards the bodies. Only
-// learned URLs are hinted, and the learner keeps only cacheable ones.
+// prefetch asks Squid for each hinted URL, preloaded or not, as the
+// subscriber sub (same PROXY identity, same pool), with the document's
+// Accept-Encoding and User-Agent and the destination's Accept, and
+// discards the bodies. Only learned URLs are hinted, and the learner keeps
+// only cacheable ones. The bounds are on fetches in flight: the document
+// gets as many workers as slots are free (at most one per URL), and each
+// worker fetches the next URL in hint order until none is left; URLs are
+// counted busy only when no slot was free at all.
 func (p *Proxy) prefetch(sub netip.AddrPort, hs []hints.Hint, acceptEncoding, ua string) {
 	h := p.hints
-	count := func(outcome string) {
-		if h.Metrics != nil {
-			h.Metrics.Prefetches.WithLabelValues(outcome).Inc()
+	count := func(outcome string, n int) {
+		if h.Metrics != nil && n > 0 {
+			h.Metrics.Prefetches.WithLabelValues(outcome).Add(float64(n))
 		}
 	}
+	type target struct {
+		u  *url.URL
+		as string
+	}
+	ts := make([]target, 0, len(hs))
 	for _, x := range hs {
-		if !p.pf.take(sub.Addr(), h.PrefetchPerSubscriber, h.PrefetchMax) {
-			count("busy")
+		u, err := p.originURL(x.URL)
+		if err != nil || u.Scheme != "http" {
+			count("error", 1)
 			continue
 		}
-		target, err := p.originURL(x.URL)
-		if err != nil || target.Scheme != "http" {
-			p.pf.release(sub.Addr())
-			count("error")
-			continue
-		}
+		ts = append(ts, target{u, x.As})
+	}
+	var next atomic.Int32
+	workers := 0
+	for workers < len(ts) && p.pf.take(sub.Addr(), h.PrefetchPerSubscriber, h.PrefetchMax) {
+		workers++
 		go func() {
 			defer p.pf.release(sub.Addr())
-			ctx, cancel := context.WithTimeout(context.Background(), p.upTimeout)
-			defer cancel()
-			r, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
-			if err != nil {
-				count("error")
-				return
-			}
-			r.Header.Set("Accept", prefetchAccept(x.As))
-			if acceptEncoding != "" {
-				r.Header.Set("Accept-Encoding", acceptEncoding)
-			}
-			if ua != "" {
-				r.Header.Set("User-Agent", ua)
-			}
-			if !p.pp {
-				r.Header.Set("X-Forwarded-For", sub.Addr().String())
-			}
-			if p.opt.Mark(http.MethodGet, target.Hostname(), false, false) {
-				r.Header.Set(optimize.MarkHeader, "1")
-			}
-			t := p.cache.Mark(http.MethodGet, target, false)
-			if t.First {
-				r.Header.Set(cachepolicy.FirstHeader, "1")
-			}
-			t.Wait(ctx)
-			resp, err := p.pool.roundTrip(r, sub)
-			t.Done()
-			if err != nil {
-				count("error")
-				return
-			}
-			_, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			switch {
-			case err != nil:
-				count("error")
-			case strings.HasPrefix(resp.Header.Get("X-Cache"), "HIT"):
-				count("hit")
-			default:
-				count("miss")
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(ts) {
+					return
+				}
+				count(p.fetchAhead(sub, ts[i].u, ts[i].as, acceptEncoding, ua), 1)
 			}
 		}()
 	}
+	if workers == 0 {
+		count("busy", len(ts))
+	}
+}
+
+// fetchAhead asks Squid for target as prefetch does for one URL of
+// destination as and returns the outcome (hints.PrefetchOutcomes).
+func (p *Proxy) fetchAhead(sub netip.AddrPort, target *url.URL, as, acceptEncoding, ua string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), p.upTimeout)
+	defer cancel()
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, target.String(), nil)
+	if err != nil {
+		return "error"
+	}
+	r.Header.Set("Accept", prefetchAccept(as))
+	if acceptEncoding != "" {
+		r.Header.Set("Accept-Encoding", acceptEncoding)
+	}
+	if ua != "" {
+		r.Header.Set("User-Agent", ua)
+	}
+	if !p.pp {
+		r.Header.Set("X-Forwarded-For", sub.Addr().String())
+	}
+	if p.opt.Mark(http.MethodGet, target.Hostname(), false, false) {
+		r.Header.Set(optimize.MarkHeader, "1")
+	}
+	t := p.cache.Mark(http.MethodGet, target, false)
+	if t.First {
+		r.Header.Set(cachepolicy.FirstHeader, "1")
+	}
+	t.Wait(ctx)
+	resp, err := p.pool.roundTrip(r, sub)
+	t.Done()
+	if err != nil {
+		return "error"
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch {
+	case err != nil:
+		return "error"
+	case strings.HasPrefix(resp.Header.Get("X-Cache"), "HIT"):
+		return "hit"
+	}
+	return "miss"
 }

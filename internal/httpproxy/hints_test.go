@@ -50,6 +50,14 @@ var hintPages = map[string]page{
 	"img.cdn.test/px.gif?r=3":      {ctype: "image/gif", body: "GIF3"},
 	"www.site.test/ahead.html":     {ctype: "text/html", body: "<html><img src=/ahead.png></html>"},
 	"img.cdn.test/ahead.png":       {ctype: "image/png", body: "PNG-ahead", header: map[string]string{"Cache-Control": "max-age=2"}},
+	"www.site.test/many.html":      {ctype: "text/html", body: "<html>six images</html>"},
+}
+
+func init() {
+	for i := range 6 {
+		hintPages[fmt.Sprintf("img.cdn.test/many-%d.png", i)] = page{ctype: "image/png", body: fmt.Sprintf("PNG-many-%d", i),
+			header: map[string]string{"Cache-Control": "max-age=60"}}
+	}
 }
 
 // hintsWorld is DNS, origin, a real Squid (PROXY protocol) and pepd in
@@ -248,6 +256,32 @@ func testFetchAhead(t *testing.T, preloadAs []string, wantLinks int) {
 	}
 	if len(mine) != 2 || !strings.Contains(strings.Fields(mine[1])[3], "HIT") {
 		t.Errorf("access.log lines of 127.0.0.14 for ahead.png: want the fetch ahead then a HIT:\n%s\n(%d with HIT)", strings.Join(mine, "\n"), len(lines))
+	}
+}
+
+// TestHintsFetchAheadBeyondBound: a page with six learned images, fetch
+// ahead bounded at 4 in flight per subscriber: the document's workers
+// fetch all six, none is dropped as busy.
+func TestHintsFetchAheadBeyondBound(t *testing.T) {
+	p, _, o, h := hintsWorld(t, mode.Off, false)
+	doc := "http://www.site.test:" + o.Port + "/many.html"
+	c := p.client("127.0.0.15")
+	fetch(t, c, doc, navAccept, "", "Mozilla/5.0")
+	for i := range 6 {
+		fetch(t, c, fmt.Sprintf("http://img.cdn.test:%s/many-%d.png", o.Port, i), "image/*", doc, "Mozilla/5.0")
+	}
+	waitLoads(t, h.Learner, 1)
+	if links := fetch(t, p.client("127.0.0.16"), doc, navAccept, "", "Mozilla/5.0"); len(links) != 6 {
+		t.Fatalf("second load's Link %q, want the six images", links)
+	}
+	pf := h.Metrics.Prefetches
+	done := func() float64 { return testutil.ToFloat64(pf.WithLabelValues("miss")) + testutil.ToFloat64(pf.WithLabelValues("hit")) }
+	deadline := time.Now().Add(testenv.Scale(5 * time.Second))
+	for done() < 6 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, busy, errs := done(), testutil.ToFloat64(pf.WithLabelValues("busy")), testutil.ToFloat64(pf.WithLabelValues("error")); n != 6 || busy != 0 || errs != 0 {
+		t.Errorf("fetches ahead: %v answered, %v busy, %v errors; want 6, 0, 0", n, busy, errs)
 	}
 }
 
