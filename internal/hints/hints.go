@@ -296,9 +296,9 @@ func longDigits(v string) bool {
 }
 
 // Document starts sub's load of the document docURL at now and returns the
-// hints for it, preloaded and fetched-ahead ones together in the order the
-// browser needs them (Hint.Preload tells them apart; nil when the page has too few loads, none qualifies, or
-// private is set). docURL is the URL the browser navigated to (absolute
+// hints for it, preloaded and fetch-only ones together in the order the
+// browser needs them (Hint.Preload tells them apart); nil when the page
+// has too few loads, none qualifies, or private is set. docURL is the URL the browser navigated to (absolute
 // http, or https on one of Options.Origins). A private load (CK-Private)
 // ends sub's previous load and is neither learned nor hinted.
 func (l *Learner) Document(sub netip.Addr, docURL string, private bool, now time.Time) []Hint {
