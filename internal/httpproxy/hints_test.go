@@ -275,7 +275,9 @@ func TestHintsFetchAheadBeyondBound(t *testing.T) {
 		t.Fatalf("second load's Link %q, want the six images", links)
 	}
 	pf := h.Metrics.Prefetches
-	done := func() float64 { return testutil.ToFloat64(pf.WithLabelValues("miss")) + testutil.ToFloat64(pf.WithLabelValues("hit")) }
+	done := func() float64 {
+		return testutil.ToFloat64(pf.WithLabelValues("miss")) + testutil.ToFloat64(pf.WithLabelValues("hit"))
+	}
 	deadline := time.Now().Add(testenv.Scale(5 * time.Second))
 	for done() < 6 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
