@@ -57,8 +57,9 @@ type Config struct {
 	PrefetchMax int `yaml:"prefetch_max"`
 }
 
-// DefaultConfig returns the hints section's defaults (also those of a
-// zero Options field).
+// DefaultConfig returns the hints section's defaults, which are also
+// those of a zero Options field, except PreloadAs: pepd's default is
+// style and font, a zero Options.PreloadAs preloads every destination.
 func DefaultConfig() Config {
 	return Config{MaxPages: 10000, MaxURLs: 64, Window: 8, Share: 0.5, LoadWindow: 30 * time.Second, MaxHints: 20,
 		MaxHintBytes: 1 << 20, PreloadAs: []string{"style", "font"}, Prefetch: true, PrefetchPerSubscriber: 8, PrefetchMax: 256}
